@@ -1,0 +1,26 @@
+# The README's two commands: `make compare` and `make test`. Each installs what it needs into .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: install test compare clean
+
+# Reinstalls only when the declared dependencies or the Horovod build recipe change.
+$(STAMP): pyproject.toml tools/build_horovod.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -e '.[test,build]'
+	$(BIN)/python tools/build_horovod.py
+	touch $@
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+compare: $(STAMP)
+	$(BIN)/python -m ray_jobs.compare $(ARGS)
+
+clean:
+	rm -rf $(VENV) results data

@@ -1,0 +1,1 @@
+"""The shared workload under Horovod (horovodrun, or Horovod's Ray integration)."""

@@ -1,0 +1,46 @@
+"""Horovod on Ray, through Horovod's own Ray integration (horovod.ray.RayExecutor).
+
+Ray Train's HorovodTrainer would need the deprecated Train V1 (RAY_TRAIN_V2_ENABLED=0) process-wide, which
+would also move the native backend off Train V2; RayExecutor works with the pinned Ray as it is.
+"""
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from horovod_ddp.train import import_horovod, ray_worker
+from ray_jobs.cluster import RayRunOptions
+from workload.config import TrainConfig
+
+log = logging.getLogger(__name__)
+START_TIMEOUT_S = 60
+
+
+def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
+    """Run `horovod_ddp.train.ray_worker` on `cfg.workers` Ray workers; return rank 0's result.
+
+    With --name, checkpoints go to <storage-path>/<name>/horovod-checkpoints (unless --checkpoint-dir says
+    otherwise), so rerunning the same name resumes; a failed attempt is retried `max_failures` times from there.
+    """
+    import_horovod()  # a one-line error here, not an import failure inside every worker
+    from horovod.ray import RayExecutor
+
+    if options.name and not cfg.checkpoint_dir:
+        storage = Path(options.storage_path or Path.home() / "ray_results").expanduser().resolve()
+        cfg = replace(cfg, checkpoint_dir=str(storage / options.name / "horovod-checkpoints"))
+    attempt = 0
+    while True:
+        settings = RayExecutor.create_settings(timeout_s=START_TIMEOUT_S)
+        executor = RayExecutor(settings, num_workers=cfg.workers, cpus_per_worker=1, use_gpu=cfg.use_gpu)
+        executor.start()
+        try:
+            outputs = executor.run(ray_worker, args=[cfg.to_dict()])
+            return next(doc for doc in outputs if doc)
+        except Exception as error:  # noqa: BLE001 - any worker failure counts against max_failures
+            attempt += 1
+            if attempt > options.max_failures or not cfg.checkpoint_dir:
+                raise
+            log.warning("attempt %d failed (%s); resuming from %s", attempt, error, cfg.checkpoint_dir)
+        finally:
+            executor.shutdown()

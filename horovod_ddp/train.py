@@ -1,0 +1,143 @@
+"""Horovod worker: the shared workload with hvd.DistributedOptimizer.
+
+Run with `horovodrun -np 4 python -m horovod_ddp.train [flags]` (Gloo here; NCCL where Horovod is built for
+GPUs), or on Ray with `python -m ray_jobs.train --backend horovod`.
+
+Bounded failure: a peer that never starts fails the run after `--start-timeout` (horovodrun, default 30 s)
+or HOROVOD_GLOO_TIMEOUT_SECONDS (rendezvous); a peer that stalls mid-run is reported after
+HOROVOD_STALL_CHECK_TIME_SECONDS and the job shut down after HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (defaults
+below; Horovod's own default is to wait forever). Set them in the environment to change them.
+"""
+
+import logging
+import os
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from workload import checkpoint, cli, data
+from workload.config import ConfigError, TrainConfig
+from workload.distributed import DistContext
+from workload.run import build_model, resolve_dataset, train_and_report
+from workload.trainer import History, Trainer, build_optimizer, shard_loader
+
+log = logging.getLogger(__name__)
+
+STALL_BOUNDS = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "30", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "120"}
+INSTALL_HINT = "run `make install` (it builds Horovod 0.28.1 with PyTorch and Gloo into .venv)"
+
+
+def import_horovod():
+    """horovod.torch, or a ConfigError saying how to get it."""
+    try:
+        import horovod.torch as hvd
+    except ImportError as error:
+        raise ConfigError(f"Horovod with PyTorch support is not importable ({error}); {INSTALL_HINT}") from None
+    return hvd
+
+
+class HorovodGradientSync:
+    """Horovod starts an allreduce per gradient from backward hooks; synchronize() waits for them all."""
+
+    def __init__(self, optimizer) -> None:
+        self.optimizer = optimizer
+
+    def wait(self, backward_end: float) -> float:
+        import time
+
+        start = time.perf_counter()
+        self.optimizer.synchronize()  # Horovod: a sync point; waits for the averaged gradients
+        return time.perf_counter() - start
+
+    def step(self) -> None:
+        with self.optimizer.skip_synchronize():  # Horovod: already synchronized in wait()
+            self.optimizer.step()
+
+
+def init(use_gpu: bool) -> DistContext:
+    """hvd.init() with bounded stalls; the Horovod DistContext."""
+    for name, value in STALL_BOUNDS.items():
+        os.environ.setdefault(name, value)
+    hvd = import_horovod()
+    hvd.init()  # Horovod: rank and size come from horovodrun (or Ray); alone, a single worker
+    device = torch.device("cpu")
+    if use_gpu:
+        device = torch.device("cuda", hvd.local_rank())  # Horovod: pin one GPU per process
+        torch.cuda.set_device(device)
+    ops = {"sum": hvd.Sum, "max": hvd.Max}
+
+    def all_reduce(tensor: torch.Tensor, op: str) -> torch.Tensor:
+        return hvd.allreduce(tensor.detach(), op=ops[op])
+
+    return DistContext(rank=hvd.rank(), world_size=hvd.size(), local_rank=hvd.local_rank(), device=device,
+                       all_reduce=all_reduce)
+
+
+def train(ctx: DistContext, cfg: TrainConfig, launcher: str) -> dict[str, Any] | None:
+    """Train on this rank (hvd.init() done); rank 0 resumes from and saves to cfg.checkpoint_dir."""
+    hvd = import_horovod()
+    torch.set_num_threads(cfg.threads_per_worker)
+    splits = data.load(cfg)
+    model = build_model(cfg, ctx.device)
+    optimizer = build_optimizer(model, cfg, ctx.world_size)
+    history = History()
+    state = checkpoint.load(cfg.checkpoint_dir) if cfg.checkpoint_dir and ctx.is_main else None
+    if state:
+        history = checkpoint.restore(state, model, optimizer)
+    optimizer = hvd.DistributedOptimizer(
+        optimizer,
+        named_parameters=model.named_parameters(),
+        compression=hvd.Compression.fp16 if cfg.compression == "fp16" else hvd.Compression.none,
+        backward_passes_per_step=cfg.backward_passes_per_step,
+        op=hvd.Average,  # Horovod: average, as DDP does
+    )
+    # Horovod: every rank starts from rank 0's weights (BatchNorm buffers too), optimizer state and epoch.
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    history = History(**hvd.broadcast_object(_as_dict(history), root_rank=0))
+    if history.last_epoch and ctx.is_main:
+        log.info("resuming after epoch %d from %s", history.last_epoch, cfg.checkpoint_dir)
+    trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer,
+                      sync=HorovodGradientSync(optimizer), splits=splits,
+                      loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)])
+    save = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir)
+    return train_and_report(trainer, backend="horovod", launcher=launcher, history=history,
+                            on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer))
+
+
+def _as_dict(history: History) -> dict[str, Any]:
+    return {"step_losses": history.step_losses, "epochs": history.epochs}
+
+
+def ray_worker(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The function horovod.ray.RayExecutor runs on each Ray worker."""
+    cfg = TrainConfig.from_dict(config)
+    ctx = init(cfg.use_gpu)
+    cli.setup_logging(ctx.rank)
+    try:
+        return train(ctx, cfg, "ray")
+    finally:
+        import_horovod().shutdown()
+
+
+def main() -> int:
+    parser = cli.Parser(description=__doc__, prog="horovodrun -np N python -m horovod_ddp.train")
+    cli.add_config_flags(parser, exclude=("workers",))
+    cfg = cli.config_from_args(parser.parse_args()).with_absolute_paths()
+    ctx = init(cfg.use_gpu)
+    cli.setup_logging(ctx.rank)
+    try:
+        if ctx.world_size == 1:
+            log.info("not started by horovodrun: running as a single worker "
+                     "(use horovodrun -np N python -m horovod_ddp.train for N)")
+        cfg = resolve_dataset(ctx, replace(cfg, workers=ctx.world_size))
+        if train(ctx, cfg, "horovodrun"):
+            log.info("results: %s", os.path.join(cfg.output_dir, "results.json"))
+    finally:
+        import_horovod().shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,156 @@
+"""Native DDP worker: the shared workload wrapped in DistributedDataParallel.
+
+Under Ray Train (`train_func`, launched by `ray_jobs.train --backend native`), TorchTrainer has already
+created the process group (gloo on CPU, NCCL on GPU) and picked the device. Under torchrun
+(`torchrun --nproc-per-node N -m native_ddp.train`), this module creates the group from torchrun's environment.
+"""
+
+import logging
+import os
+import tempfile
+import time
+from dataclasses import replace
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from workload import checkpoint, cli, data
+from workload.config import ConfigError, TrainConfig
+from workload.distributed import DistContext
+from workload.run import build_model, resolve_dataset, train_and_report
+from workload.trainer import History, Trainer, build_optimizer, shard_loader
+
+log = logging.getLogger(__name__)
+OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+
+
+class DDPGradientSync:
+    """DDP averages gradients inside backward(), bucket by bucket, overlapping with the rest of backward.
+
+    A comm hook (the stock allreduce, only timed) notes when the last bucket was handed to the allreduce;
+    the time backward() still took after that is the communication that was not hidden behind compute.
+    On GPU the note is the launch time on the host, so it also counts the tail of backward's kernels.
+    """
+
+    def __init__(self, model: DDP, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self.last_bucket_at = 0.0
+        model.register_comm_hook(self, _timed_allreduce)
+
+    def wait(self, backward_end: float) -> float:
+        return max(0.0, backward_end - self.last_bucket_at)
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+
+def _timed_allreduce(state: DDPGradientSync, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    state.last_bucket_at = time.perf_counter()
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+def torch_all_reduce(device: torch.device):
+    def all_reduce(tensor: torch.Tensor, op: str) -> torch.Tensor:
+        # NCCL reduces device tensors only; gloo is happy with either.
+        out = tensor.detach().to(device, copy=True)
+        dist.all_reduce(out, op=OPS[op])
+        return out.to(tensor.device)
+
+    return all_reduce
+
+
+def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str, Any] | None,
+          save_checkpoint) -> dict[str, Any] | None:
+    """Train on this rank; rank 0 returns the result written to results.json.
+
+    `state` is the checkpoint to resume from; `save_checkpoint(epoch, history, module, optimizer)` runs on every
+    rank after every epoch (each launcher stores checkpoints its own way).
+    """
+    if cfg.backward_passes_per_step != 1 or cfg.compression != "none":
+        raise ConfigError("--backward-passes-per-step and --compression are Horovod options; use --backend horovod")
+    torch.set_num_threads(cfg.threads_per_worker)
+    splits = data.load(cfg)
+    model = build_model(cfg, ctx.device)
+    optimizer = build_optimizer(model, cfg, ctx.world_size)
+    history = checkpoint.restore(state, model, optimizer) if state else History()
+    if history.last_epoch and ctx.is_main:
+        log.info("resuming after epoch %d", history.last_epoch)
+    # DDP: wrapping broadcasts rank 0's parameters and buffers, then averages gradients during backward.
+    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    trainer = Trainer(ctx=ctx, cfg=cfg, model=ddp, module=model, optimizer=optimizer,
+                      sync=DDPGradientSync(ddp, optimizer), splits=splits,
+                      loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)])
+    return train_and_report(
+        trainer, backend="native", launcher=launcher, history=history,
+        on_epoch_end=lambda epoch, history: save_checkpoint(epoch, history, model, optimizer),
+    )
+
+
+def train_func(config: dict[str, Any]) -> None:
+    """Ray Train's worker function: TorchTrainer has set up the process group and the device."""
+    import ray.train
+    import ray.train.torch
+
+    context = ray.train.get_context()
+    cli.setup_logging(context.get_world_rank())
+    device = ray.train.torch.get_device()
+    ctx = DistContext(rank=context.get_world_rank(), world_size=context.get_world_size(),
+                      local_rank=context.get_local_rank(), device=device, all_reduce=torch_all_reduce(device))
+    cfg = TrainConfig.from_dict(config)
+    resume_from = ray.train.get_checkpoint()
+    state = None
+    if resume_from:
+        with resume_from.as_directory() as directory:
+            state = checkpoint.load(directory)
+    train(ctx, cfg, "ray", state=state, save_checkpoint=_ray_report(ctx))
+
+
+def _ray_report(ctx: DistContext):
+    import ray.train
+
+    def report(epoch: int, history: History, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        metrics = {k: v for k, v in history.epochs[-1].items() if isinstance(v, (int, float))}
+        # Every rank reports once per epoch; only rank 0 attaches the checkpoint.
+        if ctx.is_main:
+            with tempfile.TemporaryDirectory() as directory:
+                checkpoint.save(directory, module, optimizer, history)
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+        else:
+            ray.train.report(metrics)
+
+    return report
+
+
+def main() -> int:
+    """torchrun entry point: rank and world size come from torchrun's environment, through torch.distributed."""
+    parser = cli.Parser(description=__doc__, prog="torchrun --nproc-per-node N -m native_ddp.train")
+    cli.add_config_flags(parser, exclude=("workers",))
+    args = parser.parse_args()
+    cfg = cli.config_from_args(args).with_absolute_paths()
+    if "LOCAL_RANK" not in os.environ:
+        raise ConfigError("start this module with torchrun --nproc-per-node N -m native_ddp.train, "
+                          "or use python -m ray_jobs.train --backend native")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cuda", local_rank) if cfg.use_gpu else torch.device("cpu")
+    if cfg.use_gpu:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cfg.use_gpu else "gloo")  # DDP: env:// from torchrun
+    try:
+        ctx = DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
+                          device=device, all_reduce=torch_all_reduce(device))
+        cli.setup_logging(ctx.rank)
+        cfg = resolve_dataset(ctx, replace(cfg, workers=ctx.world_size))
+        state = checkpoint.load(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+        doc = train(ctx, cfg, "torchrun", state=state, save_checkpoint=checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir))
+        if doc:
+            log.info("results: %s", os.path.join(cfg.output_dir, "results.json"))
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main)

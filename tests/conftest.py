@@ -1,0 +1,102 @@
+"""Shared fixtures: synthetic data made once per session, and one real local Ray cluster for every Ray test."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from workload import data
+from workload.config import TrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+# Small but not trivial: one epoch on 2 workers is 30 steps of 100 digits each.
+TRAIN_SIZE, TEST_SIZE = 6000, 1000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_module(module: str, *args: str, launcher: tuple[str, ...] = (), env: dict[str, str] | None = None,
+               timeout: float = 300) -> subprocess.CompletedProcess:
+    """`[launcher] python -m module args` from the repository root, as a user would type it."""
+    command = [*launcher, sys.executable, "-m", module, *args]
+    full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run(command, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def data_flags(cfg: TrainConfig) -> list[str]:
+    return ["--dataset", "synthetic", "--data-dir", cfg.data_dir, "--synthetic-train-size", str(cfg.synthetic_train_size),
+            "--synthetic-test-size", str(cfg.synthetic_test_size)]
+
+
+def read_results(output_dir: Path) -> dict:
+    from workload import results
+
+    return results.read(output_dir / results.FILENAME)
+
+
+@pytest.fixture(scope="session")
+def base_cfg(tmp_path_factory) -> TrainConfig:
+    """A resolved synthetic-data config, its files written once for the whole session."""
+    data_dir = tmp_path_factory.mktemp("data")
+    cfg = TrainConfig(dataset="synthetic", data_dir=str(data_dir), synthetic_train_size=TRAIN_SIZE,
+                      synthetic_test_size=TEST_SIZE, log_every=10)
+    return data.resolve(cfg)
+
+
+@pytest.fixture
+def cfg(base_cfg, tmp_path) -> TrainConfig:
+    return replace(base_cfg, output_dir=str(tmp_path / "out"))
+
+
+class RayCluster:
+    def __init__(self, address: str, dashboard: str) -> None:
+        self.address, self.dashboard = address, dashboard
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory):
+    """A real `ray start --head` on 127.0.0.1 with free ports (4 logical CPUs, like Ray's ray_start_4_cpus);
+    this process joins it as a driver, and `ray job submit` tests submit to it. Stopped even when tests fail."""
+    import ray
+
+    port, dashboard_port = free_port(), free_port()
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0"}
+    subprocess.run(
+        [str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=4",
+         "--num-gpus=0", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
+         f"--temp-dir={tmp_path_factory.mktemp('ray')}"],
+        check=True, env=env, capture_output=True, text=True, timeout=180,
+    )
+    try:
+        ray.init(address=f"127.0.0.1:{port}", log_to_driver=True)
+        yield RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}")
+    finally:
+        ray.shutdown()
+        subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    """The contract for bad input: exit code 2, one line on stderr that names the fix, no traceback.
+
+    Ray may log its own lines (connecting, authentication) before ours; ours is the only `error:` line, last."""
+    assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert errors == lines[-1:], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+def dump(doc: dict) -> str:
+    return json.dumps({k: v for k, v in doc.items() if k != "step_losses"}, indent=1)[:3000]

@@ -1,0 +1,122 @@
+"""Single-process tier: the shared step, metrics maths, checkpoints and the result schema, with no cluster."""
+
+import math
+import os
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from tests.conftest import free_port
+from workload import checkpoint, data, reference, results
+from workload.config import TrainConfig
+from workload.distributed import DistContext
+from workload.metrics import epoch_timing, mean_ci95
+from workload.run import build_model
+from workload.trainer import History, Trainer, build_optimizer, shard_loader
+
+
+def test_one_epoch_on_default_synthetic_size_reaches_90_percent(tmp_path):
+    cfg = data.resolve(TrainConfig(dataset="synthetic", data_dir=str(tmp_path / "data"),
+                                   output_dir=str(tmp_path / "out")))
+    doc = reference.train(cfg)
+    assert cfg.synthetic_train_size == 10_000 and doc["epochs"][0]["steps"] == 100
+    assert doc["final"]["test_accuracy"] >= 0.90
+    losses = doc["step_losses"]
+    assert sum(losses[-10:]) / 10 < 0.5 * sum(losses[:10]) / 10
+    assert results.read(tmp_path / "out" / "results.json") == doc
+
+
+def test_shards_are_disjoint_and_cover_the_training_set(base_cfg):
+    splits = data.load(base_cfg)
+    shards = []
+    for rank in range(3):
+        loader = shard_loader(splits, base_cfg, rank, 3)
+        loader.sampler.set_epoch(1)
+        shards.append(list(loader.sampler))
+    seen = [i for shard in shards for i in shard]
+    # DistributedSampler pads to equal shard sizes by repeating the first indices.
+    assert set(seen) == set(range(len(splits.train)))
+    assert len(seen) - len(set(seen)) == (-len(splits.train)) % 3
+    assert not set(shards[0]) & set(shards[1])
+    loader.sampler.set_epoch(2)
+    assert list(loader.sampler) != shards[2]  # set_epoch reshuffles
+
+
+def test_single_rank_gloo_ddp_step_matches_plain_step(cfg):
+    """A one-rank process group through the real DDP wrapper and comm hook gives the plain step's result."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        from native_ddp.train import DDPGradientSync, torch_all_reduce
+
+        splits = data.load(cfg)
+        ctx = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"),
+                          all_reduce=torch_all_reduce(torch.device("cpu")))
+        batch = [(splits.train.tensors[0][:100], splits.train.tensors[1][:100])]
+        losses, weights = [], []
+        for wrap in (False, True):
+            model = build_model(cfg, ctx.device)
+            optimizer = build_optimizer(model, cfg, 1)
+            net = DDP(model) if wrap else model
+            sync = DDPGradientSync(net, optimizer) if wrap else reference.LocalSync(optimizer)
+            trainer = Trainer(ctx=ctx, cfg=cfg, model=net, module=model, optimizer=optimizer, sync=sync,
+                              splits=splits, loaders=[])
+            loss, sync_s = trainer.train_step(batch)
+            losses.append(float(loss))
+            weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+            assert sync_s >= 0
+        assert losses[0] == pytest.approx(losses[1], abs=1e-6)
+        assert torch.allclose(weights[0], weights[1], atol=1e-6)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_epoch_timing_excludes_warmup_and_reports_shares():
+    # 2 workers, 4 steps of (data, compute, sync); the first step is a slow warm-up.
+    step = [[0.0, 5.0, 0.0]] + [[0.01, 0.07, 0.02]] * 3
+    stats = epoch_timing(torch.tensor([step, step], dtype=torch.float64), batch_size=100, warmup_steps=1)
+    assert stats["measured_steps"] == 3
+    assert stats["samples_per_s_per_worker"] == pytest.approx(1000)
+    assert stats["samples_per_s"] == pytest.approx(2000)
+    assert stats["samples_per_s_per_worker_ci95"] == pytest.approx(0, abs=1e-6)
+    assert stats["step_time_p50_s"] == pytest.approx(0.1)
+    assert (stats["comm_share"], stats["data_share"]) == (pytest.approx(0.2), pytest.approx(0.1))
+
+
+def test_mean_ci95_is_1_96_standard_deviations():
+    mean, ci = mean_ci95(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert mean == 2.5 and ci == pytest.approx(1.96 * math.sqrt(5 / 3))
+
+
+def test_checkpoint_round_trip_and_atomic_replace(cfg, tmp_path):
+    model = build_model(cfg, torch.device("cpu"))
+    optimizer = build_optimizer(model, cfg, 1)
+    model(torch.randn(4, 1, 28, 28)).sum().backward()
+    optimizer.step()
+    history = History(step_losses=[1.0, 0.5], epochs=[{"epoch": 1}])
+    checkpoint.save(tmp_path, model, optimizer, history)
+    checkpoint.save(tmp_path, model, optimizer, history)  # overwriting leaves one file and no temporaries
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+    fresh = build_model(replace(cfg, seed=1), torch.device("cpu"))
+    fresh_optimizer = build_optimizer(fresh, cfg, 1)
+    restored = checkpoint.restore(checkpoint.load(tmp_path), fresh, fresh_optimizer)
+    assert restored == history and restored.last_epoch == 1
+    for a, b in zip(model.state_dict().values(), fresh.state_dict().values()):
+        assert torch.equal(a, b)
+    assert fresh_optimizer.state_dict()["state"].keys() == optimizer.state_dict()["state"].keys()
+    assert checkpoint.load(tmp_path / "nothing") is None
+
+
+def test_result_schema_rejects_incomplete_documents(cfg):
+    doc = reference.train(replace(cfg, max_steps_per_epoch=8))
+    results.validate(doc)
+    assert doc["environment"]["torch"] == torch.__version__.split("+")[0]
+    for key in ("backend", "environment", "final"):
+        broken = {k: v for k, v in doc.items() if k != key}
+        with pytest.raises(ValueError, match=key):
+            results.validate(broken)
+    with pytest.raises(ValueError, match="one loss per step"):
+        results.validate({**doc, "step_losses": doc["step_losses"][:-1]})

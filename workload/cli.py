@@ -1,0 +1,69 @@
+"""What every command-line entry point shares: flags built from TrainConfig, logging, the one-line error contract."""
+
+import argparse  # noqa: F401 - re-exported for formatter classes
+import ast
+import inspect
+import logging
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import MISSING, fields
+
+from workload.config import ConfigError, TrainConfig
+from workload.data import DataError
+
+USER_ERRORS = (ConfigError, DataError)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line and exit code 2, like every other user error here."""
+
+    def error(self, message: str) -> None:
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def add_config_flags(parser: argparse.ArgumentParser, exclude: Iterable[str] = ()) -> None:
+    """One flag per TrainConfig field, its help text the field's docstring, so flags and fields never drift."""
+    docs = _field_docs()
+    for f in fields(TrainConfig):
+        if f.name in exclude:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not MISSING else None
+        if f.type in (bool, "bool"):
+            parser.add_argument(flag, action="store_true", help=docs.get(f.name))
+        else:
+            kind = {"int": int, "float": float, "str": str}.get(f.type if isinstance(f.type, str) else f.type.__name__)
+            parser.add_argument(flag, type=kind, default=default, help=f"{docs.get(f.name, '')} (default: {default})")
+
+
+def config_from_args(args: argparse.Namespace, **overrides: object) -> TrainConfig:
+    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
+    return TrainConfig(**{**values, **overrides})
+
+
+def _field_docs() -> dict[str, str]:
+    tree = ast.parse(inspect.getsource(TrainConfig))
+    body = tree.body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
+            docs[node.target.id] = " ".join(str(following.value.value).split()).replace("%", "%%")
+    return docs
+
+
+def setup_logging(rank: int = 0) -> None:
+    """INFO on rank 0 only, so a multi-process run prints each line once."""
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(message)s",
+                        stream=sys.stdout, force=True)
+
+
+def run(main: Callable[[], int | None]) -> None:
+    """Run `main`; a user error becomes one line on stderr and exit code 2, with no traceback."""
+    setup_logging()
+    try:
+        code = main()
+    except USER_ERRORS as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code or 0)

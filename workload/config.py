@@ -1,0 +1,117 @@
+"""The one typed configuration shared by every backend and launcher."""
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+DATASETS = ("auto", "mnist", "synthetic")
+COMPRESSIONS = ("none", "fp16")
+
+
+class ConfigError(ValueError):
+    """A setting the user can fix; CLIs print it as one line and exit 2."""
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainConfig:
+    epochs: int = 1
+    """Passes over the training set."""
+
+    batch_size: int = 100
+    """Samples per worker per optimizer step (the tutorials' 100); the global batch is this times `workers`."""
+
+    lr: float = 0.01
+    """SGD learning rate, the same in every backend."""
+
+    momentum: float = 0.9
+    """SGD momentum."""
+
+    scale_lr: bool = False
+    """Multiply `lr` by the world size (the linear scaling rule); off unless asked for, in every backend alike."""
+
+    seed: int = 0
+    """Seeds the initial weights, the sampler's shuffle and the synthetic digits."""
+
+    dataset: str = "auto"
+    """`mnist` (torchvision, downloaded into `data_dir`), `synthetic` (generated IDX files) or `auto`."""
+
+    data_dir: str = "./data"
+    """Where torchvision looks for (and downloads) MNIST, and where synthetic digits are written."""
+
+    synthetic_train_size: int = 10_000
+    """Training digits generated for `--dataset synthetic`."""
+
+    synthetic_test_size: int = 2_000
+    """Test digits generated for `--dataset synthetic`."""
+
+    workers: int = 1
+    """Data-parallel workers (ranks)."""
+
+    use_gpu: bool = False
+    """One GPU per worker, NCCL between them; otherwise CPU and gloo."""
+
+    output_dir: str = "./results/latest"
+    """Where rank 0 writes `results.json` once the run has finished."""
+
+    checkpoint_dir: str = ""
+    """Launchers without their own checkpoint store (horovodrun, torchrun) save and resume here; empty: off."""
+
+    compression: str = "none"
+    """Horovod only: gradient compression on the wire (`none` or `fp16`)."""
+
+    backward_passes_per_step: int = 1
+    """Horovod only: split each batch into this many micro-batches and allreduce once after the last."""
+
+    warmup_steps: int = 5
+    """Steps at the start of every epoch left out of the timing statistics."""
+
+    threads_per_worker: int = 1
+    """torch intra-op threads per worker; Ray grants one CPU per worker, so every backend gets the same."""
+
+    log_every: int = 20
+    """Rank 0 logs a progress line every this many steps."""
+
+    max_steps_per_epoch: int = 0
+    """Stop each epoch after this many steps (0: the whole epoch); for quick checks."""
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "workers", "synthetic_train_size", "synthetic_test_size",
+                     "backward_passes_per_step", "threads_per_worker", "log_every"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{_flag(name)} must be a positive integer, got {getattr(self, name)}")
+        for name in ("warmup_steps", "max_steps_per_epoch"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ConfigError(f"--lr must be > 0, got {self.lr}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
+        if self.dataset not in DATASETS:
+            raise ConfigError(f"--dataset must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
+        if self.compression not in COMPRESSIONS:
+            raise ConfigError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}")
+        if self.batch_size % self.backward_passes_per_step:
+            raise ConfigError(
+                f"--batch-size {self.batch_size} must be divisible by "
+                f"--backward-passes-per-step {self.backward_passes_per_step}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+    def with_absolute_paths(self) -> "TrainConfig":
+        """Workers may start in another directory (Ray jobs do), so paths are resolved where the user typed them."""
+        values = self.to_dict()
+        for name in ("data_dir", "output_dir", "checkpoint_dir"):
+            if values[name]:
+                values[name] = str(Path(values[name]).expanduser().resolve())
+        return TrainConfig(**values)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")

@@ -1,0 +1,168 @@
+"""MNIST through the real torchvision loader: real digits when present or downloadable, synthetic IDX otherwise."""
+
+import contextlib
+import io
+import logging
+import math
+import os
+import shutil
+import struct
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch.utils.data import TensorDataset
+from torchvision.datasets import MNIST
+
+from workload import synthetic
+from workload.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+# The per-pixel mean and std of the MNIST training set, used by the PyTorch MNIST examples.
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+SPLIT_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+IMAGES_MAGIC, LABELS_MAGIC = 0x0803, 0x0801
+
+
+class DataError(ValueError):
+    """A data problem the user can fix; CLIs print it as one line and exit 2."""
+
+
+@dataclass(frozen=True, slots=True)
+class Splits:
+    """The two splits as normalised in-memory tensors, so that loading never dominates a step."""
+
+    train: TensorDataset
+    test: TensorDataset
+
+
+def resolve(cfg: TrainConfig) -> TrainConfig:
+    """Pick the dataset once, in the launcher, so every worker loads the same files.
+
+    Returns the config with `dataset` set to `mnist` or `synthetic`; synthetic files exist on return.
+    """
+    if cfg.dataset in ("auto", "mnist"):
+        problem = _ensure_mnist(Path(cfg.data_dir))
+        if problem is None:
+            log.info("dataset: MNIST from %s", mnist_root(cfg))
+            return replace(cfg, dataset="mnist")
+        if cfg.dataset == "mnist":
+            raise DataError(
+                f"MNIST is not in {Path(cfg.data_dir) / 'MNIST' / 'raw'} and could not be downloaded ({problem}); "
+                "copy the files there or use --dataset synthetic"
+            )
+        log.info("dataset: synthetic digits (MNIST is not in %s and could not be downloaded)", cfg.data_dir)
+    else:
+        log.info("dataset: synthetic digits")
+    write_synthetic(cfg)
+    return replace(cfg, dataset="synthetic")
+
+
+def mnist_root(cfg: TrainConfig) -> Path:
+    """The `root` handed to torchvision's MNIST class; its files live in `<root>/MNIST/raw`."""
+    if cfg.dataset == "synthetic":
+        # Its own folder, so synthetic digits are never mistaken for real MNIST in data_dir.
+        name = f"seed{cfg.seed}-train{cfg.synthetic_train_size}-test{cfg.synthetic_test_size}"
+        return Path(cfg.data_dir) / "synthetic" / name
+    return Path(cfg.data_dir)
+
+
+def write_synthetic(cfg: TrainConfig) -> Path:
+    """Generate the synthetic IDX files unless they already exist; deterministic from the seed."""
+    root = mnist_root(replace(cfg, dataset="synthetic"))
+    raw = root / "MNIST" / "raw"
+    if all((raw / name).exists() for pair in SPLIT_FILES.values() for name in pair):
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    # Build in a scratch folder and rename it into place: processes racing here never see half a dataset.
+    scratch = Path(tempfile.mkdtemp(prefix=".partial-", dir=root.parent))
+    try:
+        (scratch / "MNIST" / "raw").mkdir(parents=True)
+        for split, seed_offset, count in (("train", 0, cfg.synthetic_train_size), ("test", 1, cfg.synthetic_test_size)):
+            images, labels = synthetic.generate(count, seed=cfg.seed * 2 + seed_offset)
+            images_name, labels_name = SPLIT_FILES[split]
+            synthetic.write_idx(scratch / "MNIST" / "raw" / images_name, images)
+            synthetic.write_idx(scratch / "MNIST" / "raw" / labels_name, labels)
+        try:
+            os.rename(scratch, root)
+        except OSError:
+            if not raw.exists():
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return root
+
+
+def load(cfg: TrainConfig) -> Splits:
+    """Load both splits of a resolved dataset through torchvision, as normalised tensors."""
+    if cfg.dataset not in ("mnist", "synthetic"):
+        raise ValueError("resolve() the dataset before loading it")
+    if cfg.dataset == "synthetic":
+        write_synthetic(cfg)  # a no-op where the launcher already wrote them; needed on other nodes
+    root = mnist_root(cfg)
+    for split in SPLIT_FILES:
+        validate_idx(root / "MNIST" / "raw", split)
+    return Splits(train=_tensors(MNIST(str(root), train=True)), test=_tensors(MNIST(str(root), train=False)))
+
+
+def _tensors(dataset: MNIST) -> TensorDataset:
+    images = (dataset.data.unsqueeze(1).float() / 255 - MNIST_MEAN) / MNIST_STD
+    return TensorDataset(images, dataset.targets.long())
+
+
+def _ensure_mnist(data_dir: Path) -> str | None:
+    """None when real MNIST is (now) in data_dir, else why not."""
+    try:
+        for split in SPLIT_FILES:
+            validate_idx(data_dir / "MNIST" / "raw", split)
+        return None
+    except DataError as missing:
+        if any((data_dir / "MNIST" / "raw" / name).exists() for pair in SPLIT_FILES.values() for name in pair):
+            raise  # Files are there but broken: say so rather than silently train on something else.
+        reason = str(missing)
+    try:
+        # torchvision prints its download attempts; they are noise when offline.
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            MNIST(str(data_dir), train=True, download=True)
+        return None
+    except (RuntimeError, OSError) as error:
+        return f"{reason}; download failed: {str(error).splitlines()[0]}"
+
+
+def validate_idx(raw: Path, split: str) -> None:
+    """Check one split's IDX files as torchvision will read them; raise DataError naming the first problem."""
+    images_path, labels_path = (raw / name for name in SPLIT_FILES[split])
+    image_dims = _idx_dims(images_path, IMAGES_MAGIC)
+    label_dims = _idx_dims(labels_path, LABELS_MAGIC)
+    if image_dims[1:] != (28, 28):
+        raise DataError(f"{images_path}: images are {image_dims[1]}x{image_dims[2]}, MNIST digits are 28x28")
+    if image_dims[0] != label_dims[0]:
+        raise DataError(f"{raw}: {image_dims[0]} {split} images but {label_dims[0]} labels")
+    labels = labels_path.read_bytes()[8:]
+    if labels and max(labels) > 9:
+        raise DataError(f"{labels_path}: label {max(labels)} is not a digit 0-9, the file is corrupt")
+
+
+def _idx_dims(path: Path, magic: int) -> tuple[int, ...]:
+    if not path.exists():
+        raise DataError(f"missing {path}")
+    with path.open("rb") as f:
+        header = f.read(4)
+        if len(header) < 4 or struct.unpack(">I", header)[0] != magic:
+            raise DataError(f"{path}: not an MNIST IDX file of {'images' if magic == IMAGES_MAGIC else 'labels'}")
+        ndim = magic & 0xFF
+        raw_dims = f.read(4 * ndim)
+    if len(raw_dims) < 4 * ndim:
+        raise DataError(f"{path}: truncated header")
+    dims = struct.unpack(f">{ndim}I", raw_dims)
+    expected = 4 + 4 * ndim + math.prod(dims)
+    actual = path.stat().st_size
+    if actual != expected:
+        what = "truncated" if actual < expected else "corrupt"
+        raise DataError(f"{path}: {what}, {actual} bytes where its header promises {expected}")
+    return dims

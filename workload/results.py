@@ -1,0 +1,106 @@
+"""The one result schema every backend and launcher writes: `<output-dir>/results.json`, by rank 0, at the end."""
+
+import json
+import os
+import platform
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workload.config import TrainConfig
+from workload.trainer import History
+
+SCHEMA_VERSION = 1
+REQUIRED = {
+    "schema_version": int, "backend": str, "launcher": str, "workers": int, "dataset": str, "config": dict,
+    "environment": dict, "step_losses": list, "epochs": list, "final": dict,
+}
+EPOCH_KEYS = ("epoch", "train_loss", "test_loss", "test_accuracy", "samples_per_s", "epoch_time_s",
+              "step_time_p50_s", "step_time_p95_s", "comm_share")
+FINAL_KEYS = ("test_accuracy", "test_loss", "wall_time_s")
+FILENAME = "results.json"
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        **{name: _version(name) for name in ("torch", "torchvision", "ray", "horovod")},
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "hostname": platform.node(),
+    }
+
+
+def build(*, backend: str, launcher: str, workers: int, cfg: TrainConfig, history: History,
+          wall_time_s: float, extra: dict[str, Any]) -> dict[str, Any]:
+    last = history.epochs[-1]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "backend": backend,
+        "launcher": launcher,
+        "workers": workers,
+        "dataset": cfg.dataset,
+        "config": cfg.to_dict(),
+        "environment": environment(),
+        "step_losses": history.step_losses,
+        "epochs": history.epochs,
+        "final": {"test_accuracy": last["test_accuracy"], "test_loss": last["test_loss"], "wall_time_s": wall_time_s},
+        **extra,
+    }
+
+
+def validate(doc: dict[str, Any]) -> None:
+    """Raise ValueError naming the first way `doc` departs from the schema."""
+    for key, kind in REQUIRED.items():
+        if not isinstance(doc.get(key), kind):
+            raise ValueError(f"results: {key!r} missing or not {kind.__name__}")
+    for record in doc["epochs"]:
+        missing = [k for k in EPOCH_KEYS if k not in record]
+        if missing:
+            raise ValueError(f"results: epoch record lacks {missing}")
+    missing = [k for k in FINAL_KEYS if k not in doc["final"]]
+    if missing:
+        raise ValueError(f"results: final lacks {missing}")
+    if len(doc["step_losses"]) != sum(e["steps"] for e in doc["epochs"]):
+        raise ValueError("results: step_losses does not hold one loss per step")
+
+
+def write(output_dir: str | Path, doc: dict[str, Any]) -> Path:
+    """Write atomically, so a crash never leaves a half-written results.json for a finished-looking run."""
+    validate(doc)
+    write_json(Path(output_dir) / FILENAME, doc)
+    return Path(output_dir) / FILENAME
+
+
+def write_json(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
+        json.dump(doc, f, indent=1)
+    os.replace(f.name, path)
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    doc = json.loads(Path(path).read_text())
+    validate(doc)
+    return doc
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -1,0 +1,26 @@
+"""A one-screen text summary of a results.json, for the terminal."""
+
+from typing import Any
+
+
+def format_result(doc: dict[str, Any]) -> str:
+    env = doc["environment"]
+    lines = [
+        f"{doc['backend']} via {doc['launcher']}: {doc['workers']} worker(s), dataset {doc['dataset']}, "
+        f"batch {doc['config']['batch_size']}/worker, lr {doc['config']['lr']}",
+        f"{'epoch':>5} {'train loss':>10} {'test loss':>9} {'test acc':>8} {'samples/s':>10} "
+        f"{'step p50':>9} {'step p95':>9} {'comm':>6} {'epoch s':>8}",
+    ]
+    for e in doc["epochs"]:
+        lines.append(
+            f"{e['epoch']:>5} {e['train_loss']:>10.4f} {e['test_loss']:>9.4f} {100 * e['test_accuracy']:>7.2f}% "
+            f"{e['samples_per_s']:>10.0f} {1000 * e['step_time_p50_s']:>7.1f}ms {1000 * e['step_time_p95_s']:>7.1f}ms "
+            f"{100 * e['comm_share']:>5.1f}% {e['epoch_time_s']:>8.1f}"
+        )
+    final = doc["final"]
+    lines.append(
+        f"final test accuracy {100 * final['test_accuracy']:.2f}%, training wall time {final['wall_time_s']:.1f} s; "
+        f"torch {env['torch']}, ray {env['ray']}, horovod {env['horovod']}, {env['cpu']}"
+        + (f", {env['gpu']}" if env["gpu"] else "")
+    )
+    return "\n".join(lines)

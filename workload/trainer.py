@@ -1,0 +1,206 @@
+"""The training loop and step every backend runs; adapters only supply the context, wrapping and gradient sync."""
+
+import hashlib
+import logging
+import resource
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, DistributedSampler
+
+from workload.config import TrainConfig
+from workload.data import Splits
+from workload.distributed import DistContext
+from workload.metrics import epoch_timing
+
+log = logging.getLogger(__name__)
+
+
+class GradientSync(Protocol):
+    """How a backend averages gradients across ranks; the only part of the step that differs between them."""
+
+    def wait(self, backward_end: float) -> float:
+        """Block until averaged gradients are ready; return the seconds spent waiting after local backward."""
+
+    def step(self) -> None:
+        """Apply the averaged gradients."""
+
+
+class LocalSync:
+    """No peers: nothing to wait for."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def wait(self, backward_end: float) -> float:
+        return 0.0
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+
+@dataclass(slots=True)
+class History:
+    """Everything a result needs from finished epochs; it travels inside checkpoints so a resumed run has it all."""
+
+    step_losses: list[float] = field(default_factory=list)
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def last_epoch(self) -> int:
+        return self.epochs[-1]["epoch"] if self.epochs else 0
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig, world_size: int) -> torch.optim.SGD:
+    lr = cfg.lr * world_size if cfg.scale_lr else cfg.lr
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum)
+
+
+def shard_loader(splits: Splits, cfg: TrainConfig, rank: int, world_size: int) -> DataLoader:
+    """This rank's shard of the training set: DistributedSampler, seeded alike on every rank."""
+    sampler = DistributedSampler(splits.train, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed)
+    return DataLoader(splits.train, batch_size=cfg.batch_size, sampler=sampler)
+
+
+@dataclass(slots=True)
+class Trainer:
+    ctx: DistContext
+    cfg: TrainConfig
+    model: nn.Module
+    """What the step calls: the DDP wrapper, or the plain module for Horovod and single processes."""
+    module: nn.Module
+    """The plain module: evaluation and checkpoints use it, so they start no collective."""
+    optimizer: torch.optim.Optimizer
+    sync: GradientSync
+    splits: Splits
+    loaders: Sequence[DataLoader]
+    """One loader per simulated worker: this rank's shard in a real backend, all shards in the reference."""
+
+    def train_step(self, micro_batches: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, float]:
+        """Forward and backward over each micro-batch, gradients averaged, one optimizer step.
+
+        Returns the mean loss (a tensor, so that no device sync happens here) and the seconds spent waiting
+        for the gradient average.
+        """
+        self.optimizer.zero_grad()
+        losses = []
+        for images, labels in micro_batches:
+            loss = F.cross_entropy(self.model(images), labels)
+            (loss / len(micro_batches)).backward()
+            losses.append(loss.detach())
+        backward_end = self._now()
+        sync_s = self.sync.wait(backward_end)
+        self.sync.step()
+        return torch.stack(losses).mean(), sync_s
+
+    def fit(self, history: History, on_epoch_end: Callable[[int, History], None]) -> History:
+        steps = min(len(loader) for loader in self.loaders)
+        if self.cfg.max_steps_per_epoch:
+            steps = min(steps, self.cfg.max_steps_per_epoch)
+        for epoch in range(history.last_epoch + 1, self.cfg.epochs + 1):
+            for loader in self.loaders:
+                # Without this every epoch would replay the same shuffle on every rank.
+                loader.sampler.set_epoch(epoch)
+            record = self._train_epoch(epoch, steps, history)
+            history.epochs.append(record)
+            if self.ctx.is_main:
+                log.info(
+                    "Epoch [%d/%d] done: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s",
+                    epoch, self.cfg.epochs, record["train_loss"], record["test_loss"],
+                    100 * record["test_accuracy"], record["samples_per_s"],
+                )
+            on_epoch_end(epoch, history)
+        return history
+
+    def _train_epoch(self, epoch: int, steps: int, history: History) -> dict[str, Any]:
+        self.model.train()
+        losses, times = [], []
+        batches = zip(*self.loaders)
+        epoch_start = time.perf_counter()
+        for step in range(1, steps + 1):
+            t0 = self._now()
+            micro_batches = self._micro_batches(next(batches))
+            t1 = self._now()
+            loss, sync_s = self.train_step(micro_batches)
+            t2 = self._now()
+            losses.append(loss)
+            times.append((t1 - t0, t2 - t1 - sync_s, sync_s))
+            if step % self.cfg.log_every == 0 or step == steps:
+                # Outside the timed region: the allreduce and .item() are sync points.
+                mean_loss = float(self.ctx.average(loss.detach().cpu()))
+                if self.ctx.is_main:
+                    log.info("Epoch [%d/%d], Step [%d/%d], Loss: %.4f", epoch, self.cfg.epochs, step, steps, mean_loss)
+        epoch_time = time.perf_counter() - epoch_start
+        # One collective for the whole epoch's losses and timings instead of one per step.
+        step_losses = self.ctx.average(torch.stack(losses).cpu().double())
+        all_times = self.ctx.gather_rows(torch.tensor(times, dtype=torch.float64))
+        eval_start = time.perf_counter()
+        test_loss, test_accuracy = self.evaluate()
+        history.step_losses.extend(step_losses.tolist())
+        global_batch = self.cfg.batch_size * len(self.loaders)
+        return {
+            "epoch": epoch,
+            "train_loss": float(step_losses.mean()),
+            "test_loss": test_loss,
+            "test_accuracy": test_accuracy,
+            "epoch_time_s": epoch_time,
+            "eval_time_s": time.perf_counter() - eval_start,
+            "steps": steps,
+            "samples": steps * global_batch * self.ctx.world_size,
+            **epoch_timing(all_times, global_batch, self.cfg.warmup_steps),
+        }
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, float]:
+        """Test loss and accuracy over the whole test set, each rank scoring every world_size-th digit."""
+        self.module.eval()
+        images, labels = self.splits.test.tensors
+        images, labels = images[self.ctx.rank :: self.ctx.world_size], labels[self.ctx.rank :: self.ctx.world_size]
+        totals = torch.zeros(3, dtype=torch.float64)
+        for start in range(0, len(labels), 1000):
+            x = images[start : start + 1000].to(self.ctx.device)
+            y = labels[start : start + 1000].to(self.ctx.device)
+            logits = self.module(x)
+            totals += torch.tensor([
+                float(F.cross_entropy(logits, y, reduction="sum")),
+                float((logits.argmax(1) == y).sum()),
+                len(y),
+            ], dtype=torch.float64)
+        loss_sum, correct, count = self.ctx.all_reduce(totals, "sum").tolist()
+        return loss_sum / count, correct / count
+
+    def consistency(self) -> dict[str, Any]:
+        """Whether every rank ends with the same parameters and BatchNorm buffers, and each rank's peak RSS."""
+        rss_mb = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024], dtype=torch.float64)
+        return {
+            "parameters_identical_across_ranks": self.ctx.same_on_all_ranks(_digest(self.module.parameters())),
+            "buffers_identical_across_ranks": self.ctx.same_on_all_ranks(_digest(self.module.buffers())),
+            "peak_rss_mb_per_worker": self.ctx.gather_rows(rss_mb).flatten().tolist(),
+        }
+
+    def _micro_batches(self, batches: tuple[list[Tensor], ...]) -> list[tuple[Tensor, Tensor]]:
+        parts = self.cfg.backward_passes_per_step
+        out = []
+        for images, labels in batches:
+            for x, y in zip(images.chunk(parts), labels.chunk(parts)):
+                out.append((x.to(self.ctx.device, non_blocking=True), y.to(self.ctx.device, non_blocking=True)))
+        return out
+
+    def _now(self) -> float:
+        if self.ctx.device.type == "cuda":
+            # Kernels run asynchronously: without this the clock would measure launches, not work.
+            torch.cuda.synchronize(self.ctx.device)
+        return time.perf_counter()
+
+
+def _digest(tensors: Any) -> int:
+    h = hashlib.sha256()
+    for tensor in tensors:
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    # 7 bytes fit an int64 with room for its negation.
+    return int.from_bytes(h.digest()[:7], "big")
