@@ -3,10 +3,10 @@
 Run with `horovodrun -np 4 python -m horovod_ddp.train [flags]` (Gloo here; NCCL where Horovod is built for
 GPUs), or on Ray with `python -m ray_jobs.train --backend horovod`.
 
-Bounded failure: a peer that never starts fails the run after `--start-timeout` (horovodrun, default 30 s)
-or HOROVOD_GLOO_TIMEOUT_SECONDS (rendezvous); a peer that stalls mid-run is reported after
-HOROVOD_STALL_CHECK_TIME_SECONDS and the job shut down after HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (defaults
-below; Horovod's own default is to wait forever). Set them in the environment to change them.
+Bounded failure: a peer that never starts fails the run after horovodrun's --start-timeout (default 30 s;
+RayExecutor: 60 s) and the Gloo rendezvous timeout (HOROVOD_GLOO_TIMEOUT_SECONDS, default 30 s); a peer that
+stalls mid-run ends it after --stall-timeout-s (default 300 s, see workload/watchdog.py). Horovod's own stall
+check still logs its warning after HOROVOD_STALL_CHECK_TIME_SECONDS (set to 30 s here unless given).
 """
 
 import logging
@@ -21,10 +21,11 @@ from workload.config import ConfigError, TrainConfig
 from workload.distributed import DistContext
 from workload.run import build_model, resolve_dataset, train_and_report
 from workload.trainer import History, Trainer, build_optimizer, shard_loader
+from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
-STALL_BOUNDS = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "30", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "120"}
+STALL_WARNING = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "30"}
 INSTALL_HINT = "run `make install` (it builds Horovod 0.28.1 with PyTorch and Gloo into .venv)"
 
 
@@ -57,7 +58,7 @@ class HorovodGradientSync:
 
 def init(use_gpu: bool) -> DistContext:
     """hvd.init() with bounded stalls; the Horovod DistContext."""
-    for name, value in STALL_BOUNDS.items():
+    for name, value in STALL_WARNING.items():
         os.environ.setdefault(name, value)
     hvd = import_horovod()
     hvd.init()  # Horovod: rank and size come from horovodrun (or Ray); alone, a single worker
@@ -92,18 +93,19 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str) -> dict[str, Any] |
         backward_passes_per_step=cfg.backward_passes_per_step,
         op=hvd.Average,  # Horovod: average, as DDP does
     )
-    # Horovod: every rank starts from rank 0's weights (BatchNorm buffers too), optimizer state and epoch.
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    history = History(**hvd.broadcast_object(_as_dict(history), root_rank=0))
-    if history.last_epoch and ctx.is_main:
-        log.info("resuming after epoch %d from %s", history.last_epoch, cfg.checkpoint_dir)
-    trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer,
-                      sync=HorovodGradientSync(optimizer), splits=splits,
-                      loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)])
-    save = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir)
-    return train_and_report(trainer, backend="horovod", launcher=launcher, history=history,
-                            on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer))
+    with Watchdog(cfg.stall_timeout_s) as watchdog:
+        # Horovod: every rank starts from rank 0's weights (BatchNorm buffers too), optimizer state and epoch.
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        history = History(**hvd.broadcast_object(_as_dict(history), root_rank=0))
+        if history.last_epoch and ctx.is_main:
+            log.info("resuming after epoch %d from %s", history.last_epoch, cfg.checkpoint_dir)
+        trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer,
+                          sync=HorovodGradientSync(optimizer), splits=splits,
+                          loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog)
+        save = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir)
+        return train_and_report(trainer, backend="horovod", launcher=launcher, history=history,
+                                on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer))
 
 
 def _as_dict(history: History) -> dict[str, Any]:

@@ -6,14 +6,9 @@ from typing import Any
 
 from ray_jobs.cluster import RayRunOptions
 from workload import results
-from workload.config import ConfigError, TrainConfig
+from workload.config import TrainConfig
 
 log = logging.getLogger(__name__)
-
-
-def check(cfg: TrainConfig) -> None:
-    if cfg.backward_passes_per_step != 1 or cfg.compression != "none":
-        raise ConfigError("--backward-passes-per-step and --compression are Horovod options; use --backend horovod")
 
 
 def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
@@ -23,7 +18,6 @@ def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
 
     from native_ddp.train import train_func
 
-    check(cfg)
     trainer = TorchTrainer(
         train_func,
         train_loop_config=cfg.to_dict(),

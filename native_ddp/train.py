@@ -18,10 +18,11 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workload import checkpoint, cli, data
-from workload.config import ConfigError, TrainConfig
+from workload.config import ConfigError, TrainConfig, check_backend_options
 from workload.distributed import DistContext
 from workload.run import build_model, resolve_dataset, train_and_report
 from workload.trainer import History, Trainer, build_optimizer, shard_loader
+from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
@@ -69,8 +70,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
     `state` is the checkpoint to resume from; `save_checkpoint(epoch, history, module, optimizer)` runs on every
     rank after every epoch (each launcher stores checkpoints its own way).
     """
-    if cfg.backward_passes_per_step != 1 or cfg.compression != "none":
-        raise ConfigError("--backward-passes-per-step and --compression are Horovod options; use --backend horovod")
+    check_backend_options(cfg, "native")
     torch.set_num_threads(cfg.threads_per_worker)
     splits = data.load(cfg)
     model = build_model(cfg, ctx.device)
@@ -78,15 +78,16 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
     history = checkpoint.restore(state, model, optimizer) if state else History()
     if history.last_epoch and ctx.is_main:
         log.info("resuming after epoch %d", history.last_epoch)
-    # DDP: wrapping broadcasts rank 0's parameters and buffers, then averages gradients during backward.
-    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-    trainer = Trainer(ctx=ctx, cfg=cfg, model=ddp, module=model, optimizer=optimizer,
-                      sync=DDPGradientSync(ddp, optimizer), splits=splits,
-                      loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)])
-    return train_and_report(
-        trainer, backend="native", launcher=launcher, history=history,
-        on_epoch_end=lambda epoch, history: save_checkpoint(epoch, history, model, optimizer),
-    )
+    with Watchdog(cfg.stall_timeout_s) as watchdog:
+        # DDP: wrapping broadcasts rank 0's parameters and buffers, then averages gradients during backward.
+        ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+        trainer = Trainer(ctx=ctx, cfg=cfg, model=ddp, module=model, optimizer=optimizer,
+                          sync=DDPGradientSync(ddp, optimizer), splits=splits,
+                          loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog)
+        return train_and_report(
+            trainer, backend="native", launcher=launcher, history=history,
+            on_epoch_end=lambda epoch, history: save_checkpoint(epoch, history, model, optimizer),
+        )
 
 
 def train_func(config: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray_jobs.cluster import RayRunOptions, connect, require
 from workload import cli, data, results
-from workload.config import TrainConfig
+from workload.config import TrainConfig, check_backend_options
 from workload.summary import format_result
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ BACKENDS = {"native": _native, "horovod": _horovod}
 
 def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()) -> dict[str, Any]:
     """Resolve the dataset, join Ray, check it can hold the workers, train; returns rank 0's result."""
+    check_backend_options(cfg, backend)
     cfg = data.resolve(cfg.with_absolute_paths())
     connect()
     require(cfg.workers, cfg.use_gpu)

@@ -25,12 +25,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_module(module: str, *args: str, launcher: tuple[str, ...] = (), env: dict[str, str] | None = None,
-               timeout: float = 300) -> subprocess.CompletedProcess:
-    """`[launcher] python -m module args` from the repository root, as a user would type it."""
-    command = [*launcher, sys.executable, "-m", module, *args]
+def run_command(command: list[str], env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run `command` from the repository root with this venv first on PATH, as a user would type it."""
     full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run(command, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_module(module: str, *args: str, launcher: tuple[str, ...] = (), env: dict[str, str] | None = None,
+               timeout: float = 300) -> subprocess.CompletedProcess:
+    """`[launcher] python -m module args`."""
+    return run_command([*launcher, sys.executable, "-m", module, *args], env=env, timeout=timeout)
 
 
 def data_flags(cfg: TrainConfig) -> list[str]:
@@ -70,6 +74,8 @@ def ray_cluster(tmp_path_factory):
     import ray
 
     port, dashboard_port = free_port(), free_port()
+    # A throwaway loopback cluster: no token to share between `ray start`, this driver and `ray job submit`.
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0"}
     subprocess.run(
         [str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=4",

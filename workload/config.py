@@ -68,6 +68,9 @@ class TrainConfig:
     threads_per_worker: int = 1
     """torch intra-op threads per worker; Ray grants one CPU per worker, so every backend gets the same."""
 
+    stall_timeout_s: float = 300.0
+    """A rank that makes no progress (no step, no evaluation) for this long ends the run; 0: wait forever."""
+
     log_every: int = 20
     """Rank 0 logs a progress line every this many steps."""
 
@@ -79,7 +82,7 @@ class TrainConfig:
                      "backward_passes_per_step", "threads_per_worker", "log_every"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_flag(name)} must be a positive integer, got {getattr(self, name)}")
-        for name in ("warmup_steps", "max_steps_per_epoch"):
+        for name in ("warmup_steps", "max_steps_per_epoch", "stall_timeout_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0:
@@ -115,3 +118,9 @@ class TrainConfig:
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def check_backend_options(cfg: TrainConfig, backend: str) -> None:
+    """Horovod-only settings are refused elsewhere rather than silently ignored."""
+    if backend != "horovod" and (cfg.compression != "none" or cfg.backward_passes_per_step != 1):
+        raise ConfigError("--compression and --backward-passes-per-step are Horovod options; use --backend horovod")

@@ -17,6 +17,7 @@ from workload.config import TrainConfig
 from workload.data import Splits
 from workload.distributed import DistContext
 from workload.metrics import epoch_timing
+from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ class Trainer:
     splits: Splits
     loaders: Sequence[DataLoader]
     """One loader per simulated worker: this rank's shard in a real backend, all shards in the reference."""
+    watchdog: Watchdog | None = None
+    """Told of every finished step, so a rank stuck on a stalled peer ends instead of hanging."""
 
     def train_step(self, micro_batches: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, float]:
         """Forward and backward over each micro-batch, gradients averaged, one optimizer step.
@@ -130,6 +133,8 @@ class Trainer:
             t2 = self._now()
             losses.append(loss)
             times.append((t1 - t0, t2 - t1 - sync_s, sync_s))
+            if self.watchdog:
+                self.watchdog.kick()
             if step % self.cfg.log_every == 0 or step == steps:
                 # Outside the timed region: the allreduce and .item() are sync points.
                 mean_loss = float(self.ctx.average(loss.detach().cpu()))
@@ -141,6 +146,8 @@ class Trainer:
         all_times = self.ctx.gather_rows(torch.tensor(times, dtype=torch.float64))
         eval_start = time.perf_counter()
         test_loss, test_accuracy = self.evaluate()
+        if self.watchdog:
+            self.watchdog.kick()
         history.step_losses.extend(step_losses.tolist())
         global_batch = self.cfg.batch_size * len(self.loaders)
         return {

@@ -1,0 +1,102 @@
+"""Native DDP: on a real local Ray cluster (TorchTrainer), through `ray job submit`, and under torchrun."""
+
+import subprocess
+import time
+from dataclasses import replace
+
+import pytest
+
+from ray_jobs.cluster import RayRunOptions
+from ray_jobs.train import run
+from tests.conftest import (BIN, REPO, assert_one_line_error, data_flags, dump, free_port, read_results,
+                            run_command, run_module)
+
+pytestmark = pytest.mark.cluster
+
+
+def assert_trained(doc: dict, workers: int, launcher: str, backend: str = "native") -> None:
+    assert (doc["backend"], doc["launcher"], doc["workers"], doc["dataset"]) == (backend, launcher, workers, "synthetic")
+    losses = doc["step_losses"]
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5, dump(doc)
+    assert doc["final"]["test_accuracy"] > 0.90, dump(doc)
+    assert doc["parameters_identical_across_ranks"] is True
+    assert len(doc["peak_rss_mb_per_worker"]) == workers
+
+
+def test_one_worker_on_ray(ray_cluster, cfg, tmp_path):
+    doc = run("native", replace(cfg, workers=1), RayRunOptions(storage_path=str(tmp_path / "ray")))
+    assert_trained(doc, 1, "ray")
+    assert read_results(tmp_path / "out") == doc
+
+
+def test_two_workers_on_ray_then_resume(ray_cluster, cfg, tmp_path):
+    options = RayRunOptions(name="resume-me", storage_path=str(tmp_path / "ray"))
+    first = run("native", replace(cfg, workers=2), options)
+    assert_trained(first, 2, "ray")
+    assert first["epochs"][0]["steps"] == cfg.synthetic_train_size // (2 * cfg.batch_size)
+    # The same name and storage path with one more epoch: Ray hands back the epoch-1 checkpoint.
+    second = run("native", replace(cfg, workers=2, epochs=2), options)
+    assert second["resumed_from_epoch"] == 1
+    assert [e["epoch"] for e in second["epochs"]] == [1, 2]
+    assert second["epochs"][0] == first["epochs"][0]  # carried over, not retrained
+    assert second["step_losses"][: len(first["step_losses"])] == first["step_losses"]
+    assert second["epochs"][1]["train_loss"] < first["epochs"][0]["train_loss"]
+
+
+def test_ray_job_submit_of_the_user_command(ray_cluster, cfg, tmp_path):
+    out = tmp_path / "job-out"
+    submission = f"native-{free_port()}"
+    command = [str(BIN / "ray"), "job", "submit", "--address", ray_cluster.dashboard, "--submission-id", submission,
+               "--working-dir", ".", "--", "python", "-m", "ray_jobs.train", "--backend", "native", "--workers", "2",
+               *data_flags(cfg), "--output-dir", str(out)]
+    submitted = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    assert JobSubmissionClient(ray_cluster.dashboard).get_job_status(submission) == JobStatus.SUCCEEDED
+    doc = read_results(out)
+    assert_trained(doc, 2, "ray")
+    assert "dataset: synthetic digits" in submitted.stdout and "final test accuracy" in submitted.stdout
+
+
+def test_torchrun_two_processes(cfg, tmp_path):
+    out = tmp_path / "torchrun-out"
+    result = run_command([str(BIN / "torchrun"), "--nproc-per-node", "2", "-m", "native_ddp.train",
+                          *data_flags(cfg), "--output-dir", str(out)])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_trained(read_results(out), 2, "torchrun")
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--backend", "mxnet"], "invalid choice: 'mxnet'"),
+    (["--workers", "0"], "--workers must be a positive integer"),
+    (["--epochs", "0"], "--epochs must be a positive integer"),
+    (["--batch-size", "-5"], "--batch-size must be a positive integer"),
+    (["--lr", "0"], "--lr must be > 0"),
+    (["--lr", "fast"], "invalid float value: 'fast'"),
+    (["--compression", "fp16"], "are Horovod options"),
+])
+def test_bad_flags_are_one_line_errors(cfg, tmp_path, flags, needle):
+    result = run_module("ray_jobs.train", *data_flags(cfg), "--output-dir", str(tmp_path / "out"), *flags,
+                        env={"RAY_ADDRESS": f"127.0.0.1:{free_port()}"}, timeout=120)
+    assert_one_line_error(result, needle)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--workers", "5"], "--workers 5 needs 5 CPUs but the Ray cluster has 4"),
+    (["--workers", "2", "--use-gpu"], "--workers 2 needs 2 GPUs but the Ray cluster has 0"),
+])
+def test_more_workers_than_the_cluster_holds_fails_before_starting(ray_cluster, cfg, tmp_path, flags, needle):
+    result = run_module("ray_jobs.train", *data_flags(cfg), "--output-dir", str(tmp_path / "out"), *flags,
+                        env={"RAY_ADDRESS": ray_cluster.address}, timeout=120)
+    assert_one_line_error(result, needle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreachable_ray_address_fails_within_30_s(cfg, tmp_path):
+    start = time.monotonic()
+    result = run_module("ray_jobs.train", *data_flags(cfg), "--output-dir", str(tmp_path / "out"),
+                        env={"RAY_ADDRESS": f"127.0.0.1:{free_port()}"}, timeout=60)
+    assert time.monotonic() - start < 30
+    assert_one_line_error(result, "cannot reach the Ray cluster", "ray start --head")

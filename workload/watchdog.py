@@ -1,0 +1,45 @@
+"""End a rank that stops making progress: a stalled peer otherwise blocks every collective forever.
+
+Horovod's own stall shutdown (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS) did not fire here for a peer that never
+submits its tensor (Horovod 0.28.1, Gloo), and gloo's DDP timeout defaults to 30 minutes, so both backends
+share this bound instead. When it fires the process exits with STALL_EXIT_CODE; horovodrun, torchrun and
+Ray then tear the job down.
+"""
+
+import logging
+import os
+import sys
+import threading
+import time
+
+log = logging.getLogger(__name__)
+STALL_EXIT_CODE = 3
+
+
+class Watchdog:
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="stall-watchdog", daemon=True)
+
+    def __enter__(self) -> "Watchdog":
+        if self.timeout_s > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def kick(self) -> None:
+        """Progress was made (a step or an evaluation finished)."""
+        self._last = time.monotonic()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(1.0, self.timeout_s / 4)):
+            idle = time.monotonic() - self._last
+            if idle > self.timeout_s:
+                message = (f"error: no training progress for {idle:.0f} s (--stall-timeout-s {self.timeout_s:g}); "
+                           "a peer has stalled or died, ending this rank")
+                print(message, file=sys.stderr, flush=True)
+                os._exit(STALL_EXIT_CODE)
