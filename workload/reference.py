@@ -1,31 +1,56 @@
-"""The single-process reference: the tutorials' one-process baseline, optionally simulating N workers.
+"""Single-process baselines: the tutorials' one-process run, and what DDP and Horovod compute, without peers.
 
-With `workers=N` each step runs the N per-worker micro-batches that N ranks' DistributedSamplers would hand
-out, one after another, and averages their gradients: the computation DDP and Horovod perform, without any
-communication. With `workers=1` it is plain single-process training.
+`reference` with `workers=N` runs, each step, the N per-worker micro-batches that N ranks' DistributedSamplers
+would hand out, one after another, and averages their gradients: the computation DDP and Horovod perform,
+including BatchNorm normalising with per-worker batch statistics. With `workers=1` it is plain
+single-process training.
+
+`global-batch` runs the same N micro-batches as one forward pass over their concatenation: the same data and
+the same averaged loss, but BatchNorm sees the whole global batch, so it is a different computation.
+
+`dataparallel` is `global-batch` through nn.DataParallel over N GPUs (the tutorials' single-process multi-GPU
+mode), which splits the batch across GPUs again; it needs at least N GPUs.
 """
 
 import logging
 from typing import Any
 
 import torch
+from torch import nn
 
 from workload import data
-from workload.config import TrainConfig
+from workload.config import ConfigError, TrainConfig
 from workload.distributed import single_process
 from workload.run import build_model, train_and_report
 from workload.trainer import LocalSync, Trainer, build_optimizer, shard_loader
 
 log = logging.getLogger(__name__)
+MODES = ("reference", "global-batch", "dataparallel")
 
 
-def train(cfg: TrainConfig, launcher: str = "local") -> dict[str, Any]:
-    device = torch.device("cuda" if cfg.use_gpu else "cpu")
+def dataparallel_unavailable(workers: int) -> str | None:
+    """Why nn.DataParallel cannot run `workers` replicas here, or None when it can."""
+    gpus = torch.cuda.device_count()
+    if workers < 2:
+        return "DataParallel needs at least 2 GPUs; with 1 worker it is the single-process reference"
+    if gpus < workers:
+        return f"DataParallel needs {workers} GPUs; this machine has {gpus}"
+    return None
+
+
+def train(cfg: TrainConfig, mode: str = "reference", launcher: str = "local") -> dict[str, Any]:
+    if mode not in MODES:
+        raise ValueError(f"unknown reference mode {mode!r}")
+    if mode == "dataparallel" and (reason := dataparallel_unavailable(cfg.workers)):
+        raise ConfigError(reason)
+    torch.set_num_threads(cfg.threads_per_worker)
+    device = torch.device("cuda" if cfg.use_gpu or mode == "dataparallel" else "cpu")
     ctx = single_process(device)
     splits = data.load(cfg)
     model = build_model(cfg, device)
     optimizer = build_optimizer(model, cfg, cfg.workers)
+    net = nn.DataParallel(model, device_ids=list(range(cfg.workers))) if mode == "dataparallel" else model
     loaders = [shard_loader(splits, cfg, rank, cfg.workers) for rank in range(cfg.workers)]
-    trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer, sync=LocalSync(optimizer),
-                      splits=splits, loaders=loaders)
-    return train_and_report(trainer, backend="reference", launcher=launcher)
+    trainer = Trainer(ctx=ctx, cfg=cfg, model=net, module=model, optimizer=optimizer, sync=LocalSync(optimizer),
+                      splits=splits, loaders=loaders, fuse=mode != "reference")
+    return train_and_report(trainer, backend=mode, launcher=launcher)

@@ -56,7 +56,8 @@ def train_and_report(
     if not trainer.ctx.is_main:
         return None
     doc = results.build(
-        backend=backend, launcher=launcher, workers=trainer.ctx.world_size, cfg=trainer.cfg, history=history,
+        backend=backend, launcher=launcher, workers=trainer.ctx.world_size * len(trainer.loaders), cfg=trainer.cfg,
+        history=history,
         wall_time_s=wall_time, extra={"resumed_from_epoch": resumed_from, **extra},
     )
     results.write(trainer.cfg.output_dir, doc)

@@ -83,6 +83,8 @@ class Trainer:
     """One loader per simulated worker: this rank's shard in a real backend, all shards in the reference."""
     watchdog: Watchdog | None = None
     """Told of every finished step, so a rank stuck on a stalled peer ends instead of hanging."""
+    fuse: bool = False
+    """One forward over the concatenated micro-batches (BatchNorm then sees the whole global batch)."""
 
     def train_step(self, micro_batches: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, float]:
         """Forward and backward over each micro-batch, gradients averaged, one optimizer step.
@@ -196,6 +198,8 @@ class Trainer:
         for images, labels in batches:
             for x, y in zip(images.chunk(parts), labels.chunk(parts)):
                 out.append((x.to(self.ctx.device, non_blocking=True), y.to(self.ctx.device, non_blocking=True)))
+        if self.fuse:
+            return [(torch.cat([x for x, _ in out]), torch.cat([y for _, y in out]))]
         return out
 
     def _now(self) -> float:
