@@ -9,8 +9,10 @@ stalls mid-run ends it after --stall-timeout-s (default 300 s, see workload/watc
 check still logs its warning after HOROVOD_STALL_CHECK_TIME_SECONDS (set to 30 s here unless given).
 """
 
+import dataclasses
 import logging
 import os
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -45,8 +47,6 @@ class HorovodGradientSync:
         self.optimizer = optimizer
 
     def wait(self, backward_end: float) -> float:
-        import time
-
         start = time.perf_counter()
         self.optimizer.synchronize()  # Horovod: a sync point; waits for the averaged gradients
         return time.perf_counter() - start
@@ -69,7 +69,7 @@ def init(use_gpu: bool) -> DistContext:
     ops = {"sum": hvd.Sum, "max": hvd.Max}
 
     def all_reduce(tensor: torch.Tensor, op: str) -> torch.Tensor:
-        return hvd.allreduce(tensor.detach(), op=ops[op])
+        return hvd.allreduce(tensor.detach(), op=ops[op])  # Horovod: metrics over the same Gloo ring
 
     return DistContext(rank=hvd.rank(), world_size=hvd.size(), local_rank=hvd.local_rank(), device=device,
                        all_reduce=all_reduce)
@@ -86,7 +86,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str) -> dict[str, Any] |
     state = checkpoint.load(cfg.checkpoint_dir) if cfg.checkpoint_dir and ctx.is_main else None
     if state:
         history = checkpoint.restore(state, model, optimizer)
-    optimizer = hvd.DistributedOptimizer(
+    optimizer = hvd.DistributedOptimizer(  # Horovod: allreduces each gradient as backward produces it
         optimizer,
         named_parameters=model.named_parameters(),
         compression=hvd.Compression.fp16 if cfg.compression == "fp16" else hvd.Compression.none,
@@ -97,7 +97,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str) -> dict[str, Any] |
         # Horovod: every rank starts from rank 0's weights (BatchNorm buffers too), optimizer state and epoch.
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        history = History(**hvd.broadcast_object(_as_dict(history), root_rank=0))
+        history = History(**hvd.broadcast_object(dataclasses.asdict(history), root_rank=0))
         if history.last_epoch and ctx.is_main:
             log.info("resuming after epoch %d from %s", history.last_epoch, cfg.checkpoint_dir)
         trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer,
@@ -106,10 +106,6 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str) -> dict[str, Any] |
         save = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir)
         return train_and_report(trainer, backend="horovod", launcher=launcher, history=history,
                                 on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer))
-
-
-def _as_dict(history: History) -> dict[str, Any]:
-    return {"step_losses": history.step_losses, "epochs": history.epochs}
 
 
 def ray_worker(config: dict[str, Any]) -> dict[str, Any] | None:

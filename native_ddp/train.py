@@ -39,7 +39,7 @@ class DDPGradientSync:
     def __init__(self, model: DDP, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer = optimizer
         self.last_bucket_at = 0.0
-        model.register_comm_hook(self, _timed_allreduce)
+        model.register_comm_hook(self, _timed_allreduce)  # DDP: replaces the built-in allreduce, same maths
 
     def wait(self, backward_end: float) -> float:
         return max(0.0, backward_end - self.last_bucket_at)
@@ -57,7 +57,7 @@ def torch_all_reduce(device: torch.device):
     def all_reduce(tensor: torch.Tensor, op: str) -> torch.Tensor:
         # NCCL reduces device tensors only; gloo is happy with either.
         out = tensor.detach().to(device, copy=True)
-        dist.all_reduce(out, op=OPS[op])
+        dist.all_reduce(out, op=OPS[op])  # DDP: metrics go over the same process group
         return out.to(tensor.device)
 
     return all_reduce

@@ -7,6 +7,7 @@ Writes results/<run-id>/: each run's results.json, comparison.json, report.md, l
 Exit code 1 when a run failed, or with --assert-parity when parity is FAIL.
 """
 
+import argparse
 import logging
 import os
 import sys
@@ -131,7 +132,7 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
 
 def main() -> int:
     parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.compare",
-                        formatter_class=cli.argparse.RawDescriptionHelpFormatter)
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", default="1,2", help="worker counts to compare (default: 1,2)")
     parser.add_argument("--backends", default=",".join(BACKENDS), help="distributed backends (default: native,horovod)")
     parser.add_argument("--output-dir", default="results", help="each comparison goes into <output-dir>/<run-id>/")

@@ -7,6 +7,7 @@ Inside `ray job submit` it joins the job's cluster; run directly it joins RAY_AD
 `ray start` cluster on this machine, else starts a local Ray.
 """
 
+import argparse
 import logging
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
 
 def main() -> int:
     parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.train",
-                        formatter_class=cli.argparse.RawDescriptionHelpFormatter)
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=sorted(BACKENDS), default="native", help="native DDP or Horovod")
     cli.add_config_flags(parser)
     parser.add_argument("--name", help="run name; the same name and storage path resume from the last checkpoint")

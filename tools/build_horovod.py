@@ -60,7 +60,7 @@ def cxx_standard(torch_version: str) -> int:
 def build_wheel(torch_version: str, cache: Path) -> Path:
     standard = cxx_standard(torch_version)
     print(f"building horovod {HOROVOD_VERSION} against torch {torch_version} as C++{standard} "
-          "(about 7 minutes on 2 cores, once per machine)", flush=True)
+          "(a few minutes on 2 cores, once per machine)", flush=True)
     with tempfile.TemporaryDirectory(prefix="horovod-build-") as tmp:
         work = Path(tmp)
         pip("download", "--no-deps", "--no-binary", ":all:", f"horovod=={HOROVOD_VERSION}", "-d", str(work))

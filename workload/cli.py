@@ -1,6 +1,6 @@
 """What every command-line entry point shares: flags built from TrainConfig, logging, the one-line error contract."""
 
-import argparse  # noqa: F401 - re-exported for formatter classes
+import argparse
 import ast
 import inspect
 import logging

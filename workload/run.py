@@ -2,6 +2,7 @@
 
 import time
 from dataclasses import replace
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,9 @@ def train_and_report(
     """Train the remaining epochs; rank 0 writes results.json and returns it, the other ranks return None."""
     history = history or History()
     resumed_from = history.last_epoch
+    if trainer.ctx.is_main:
+        # A results.json in the output folder must describe a finished run: never leave an older one behind.
+        (Path(trainer.cfg.output_dir) / results.FILENAME).unlink(missing_ok=True)
     start = time.perf_counter()
     history = trainer.fit(history, on_epoch_end)
     if not history.epochs:
