@@ -52,10 +52,14 @@ def _field_docs() -> dict[str, str]:
     return docs
 
 
+PROJECT_LOGGERS = ("__main__", "workload", "native_ddp", "horovod_ddp", "ray_jobs", "tests")
+
+
 def setup_logging(rank: int = 0) -> None:
-    """INFO on rank 0 only, so a multi-process run prints each line once."""
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(message)s",
-                        stream=sys.stdout, force=True)
+    """The project's INFO lines on rank 0 only, so a multi-process run prints each once; libraries at WARNING."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout, force=True)
+    for name in PROJECT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO if rank == 0 else logging.WARNING)
 
 
 def run(main: Callable[[], int | None]) -> None:
