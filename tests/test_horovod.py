@@ -7,10 +7,16 @@ import pytest
 
 from ray_jobs.cluster import RayRunOptions
 from ray_jobs.train import run
-from tests.conftest import BIN, assert_one_line_error, data_flags, read_results, run_module
+from tests.conftest import BIN, assert_one_line_error, data_flags, read_results, run_command, run_module
 from tests.test_native import assert_trained
 
 pytestmark = pytest.mark.cluster
+
+
+def test_horovod_is_built_with_pytorch_and_gloo():
+    result = run_command([str(BIN / "horovodrun"), "--check-build"], timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "[X] PyTorch" in result.stdout and "[X] Gloo" in result.stdout, result.stdout
 
 
 def horovodrun(np: int, *flags: str, timeout: float = 300):
