@@ -34,8 +34,15 @@ def connect() -> None:
     address = os.environ.get("RAY_ADDRESS", "")
     if address and address not in ("auto", "local"):
         _check_reachable(address)
-    # Workers inherit the driver's logging to stdout; Ray's own dashboard is not needed for a batch job.
-    ray.init(log_to_driver=True)
+    try:
+        ray.init(log_to_driver=True)
+    except ConnectionError as error:
+        # Seen with Ray 2.60: `ray start` turns token authentication on when ~/.ray/auth_token exists, and a
+        # client in the default mode then cannot join.
+        raise ConfigError(
+            f"could not join the Ray cluster ({' '.join(str(error).split())}); if it uses token authentication, "
+            "export RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token)"
+        ) from None
 
 
 def _check_reachable(address: str) -> None:
