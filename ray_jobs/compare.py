@@ -9,8 +9,6 @@ Exit code 1 when a run failed, or with --assert-parity when parity is FAIL.
 
 import argparse
 import logging
-import os
-import sys
 import tempfile
 import time
 from dataclasses import replace

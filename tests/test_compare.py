@@ -1,6 +1,5 @@
 """The comparison runner: artifacts, parity, rendering from comparison.json alone, failures and bad input."""
 
-import json
 import shutil
 import sys
 

@@ -11,7 +11,6 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
 from torch.utils.data import TensorDataset
 from torchvision.datasets import MNIST
 
