@@ -27,7 +27,6 @@ from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
-STALL_WARNING = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "30"}
 INSTALL_HINT = "run `make install` (it builds Horovod 0.28.1 with PyTorch and Gloo into .venv)"
 
 
@@ -58,8 +57,7 @@ class HorovodGradientSync:
 
 def init(use_gpu: bool) -> DistContext:
     """hvd.init() with bounded stalls; the Horovod DistContext."""
-    for name, value in STALL_WARNING.items():
-        os.environ.setdefault(name, value)
+    os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", "30")  # Horovod: warn about stalls sooner than 60 s
     hvd = import_horovod()
     hvd.init()  # Horovod: rank and size come from horovodrun (or Ray); alone, a single worker
     device = torch.device("cpu")

@@ -16,11 +16,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ray_jobs.cluster import RayRunOptions
+from ray_jobs.train import BACKENDS as RAY_BACKENDS
 from workload import cli, data, parity, reference, report, results
 from workload.config import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
-BACKENDS = ("native", "horovod")
+BACKENDS = tuple(RAY_BACKENDS)
 DEFAULT_TOLERANCE = 1e-4
 
 
@@ -70,10 +72,7 @@ def plan(workers: list[int], backends: list[str]) -> tuple[list[tuple[str, int]]
 
 
 def execute(backend: str, cfg: TrainConfig) -> dict[str, Any]:
-    if backend in BACKENDS:
-        from ray_jobs.cluster import RayRunOptions
-        from ray_jobs.train import BACKENDS as RAY_BACKENDS
-
+    if backend in RAY_BACKENDS:
         return RAY_BACKENDS[backend](cfg, RayRunOptions())
     return reference.train(cfg, mode=backend)
 

@@ -22,7 +22,7 @@ def verdict(losses: dict[str, list[float]], steps: int, tolerance: float) -> dic
     PASS needs both backends, each within `tolerance` of the other and of the reference over the first `steps`.
     """
     pairs = {}
-    for a, b in (("native", "horovod"), ("native", REFERENCE), ("horovod", REFERENCE)):
+    for a, b in (BACKENDS, (BACKENDS[0], REFERENCE), (BACKENDS[1], REFERENCE)):
         if a in losses and b in losses:
             pairs[f"{a} vs {b}"] = max_step_difference(losses[a], losses[b], steps)
     info = {}

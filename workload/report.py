@@ -164,10 +164,11 @@ def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
     backends = [b for b in ORDER if b in finished]
     fig, ax = plt.subplots(figsize=(2 + 2 * len(counts) * max(1, len(backends)) / 2, 4))
     width = 0.8 / max(1, len(backends))
+    by_count = [rows(comparison, workers) for workers in counts]
     for i, backend in enumerate(backends):
         xs, ys, errs = [], [], []
-        for j, workers in enumerate(counts):
-            for r in rows(comparison, workers):
+        for j, count_rows in enumerate(by_count):
+            for r in count_rows:
                 if r["backend"] == backend:
                     xs.append(j + i * width)
                     ys.append(r["total"])
