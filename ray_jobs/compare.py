@@ -19,7 +19,7 @@ from typing import Any
 from ray_jobs.cluster import RayRunOptions
 from ray_jobs.train import BACKENDS as RAY_BACKENDS
 from workload import cli, data, parity, reference, report, results
-from workload.config import ConfigError, TrainConfig
+from workload.config import ConfigError, TrainConfig, check_backend_options
 
 log = logging.getLogger(__name__)
 BACKENDS = tuple(RAY_BACKENDS)
@@ -80,6 +80,8 @@ def execute(backend: str, cfg: TrainConfig) -> dict[str, Any]:
 def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Path, *, parity_steps: int,
             tolerance: float, target_accuracy: float) -> Path:
     """Run everything into root/<run-id>/ and render the report; returns that folder."""
+    for backend in backends:
+        check_backend_options(base, backend)
     base = data.resolve(base.with_absolute_paths())
     if backends:
         from ray_jobs.cluster import connect, require

@@ -87,6 +87,7 @@ def test_a_failed_run_is_reported_and_sets_the_exit_code(ray_cluster, base_cfg, 
     (["--backends", "native,mxnet"], "unknown backend mxnet in --backends"),
     (["--workers", "0,2"], "--workers takes distinct positive integers"),
     (["--workers", "one,two"], "comma-separated list of positive integers"),
+    (["--compression", "fp16"], "are Horovod options; use --backend horovod"),
 ])
 def test_bad_input_is_one_line_and_leaves_no_run_folder(base_cfg, tmp_path, flags, needle):
     out = tmp_path / "results"
