@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install test compare clean
+.PHONY: install test compare bench clean
 
 # Reinstalls only when the declared dependencies or the Horovod build recipe change.
 $(STAMP): pyproject.toml tools/build_horovod.py
@@ -21,6 +21,10 @@ test: $(STAMP)
 
 compare: $(STAMP)
 	$(BIN)/python -m ray_jobs.compare $(ARGS)
+
+# Ray beside torchrun and horovodrun, repeated: prints the ratio table with its goals (a benchmark, not a test).
+bench: $(STAMP)
+	$(BIN)/python -m ray_jobs.bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) results data

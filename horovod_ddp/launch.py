@@ -10,11 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from horovod_ddp.train import import_horovod, ray_worker
-from ray_jobs.cluster import RayRunOptions
+from ray_jobs.cluster import RayRunOptions, user_error
 from workload.config import TrainConfig
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 60
+
+
+def with_run_checkpoints(cfg: TrainConfig, options: RayRunOptions) -> TrainConfig:
+    """With --name (and no --checkpoint-dir), checkpoints live in <storage-path>/<name>/horovod-checkpoints."""
+    if not options.name or cfg.checkpoint_dir:
+        return cfg
+    storage = Path(options.storage_path or Path.home() / "ray_results").expanduser().resolve()
+    return replace(cfg, checkpoint_dir=str(storage / options.name / "horovod-checkpoints"))
 
 
 def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
@@ -26,9 +34,7 @@ def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
     import_horovod()  # a one-line error here, not an import failure inside every worker
     from horovod.ray import RayExecutor
 
-    if options.name and not cfg.checkpoint_dir:
-        storage = Path(options.storage_path or Path.home() / "ray_results").expanduser().resolve()
-        cfg = replace(cfg, checkpoint_dir=str(storage / options.name / "horovod-checkpoints"))
+    cfg = with_run_checkpoints(cfg, options)
     attempt = 0
     while True:
         settings = RayExecutor.create_settings(timeout_s=START_TIMEOUT_S)
@@ -39,7 +45,8 @@ def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
             return next(doc for doc in outputs if doc)
         except Exception as error:  # noqa: BLE001 - any worker failure counts against max_failures
             attempt += 1
-            if attempt > options.max_failures or not cfg.checkpoint_dir:
+            # Bad settings or a diverged run fail the same way every time: no retry.
+            if attempt > options.max_failures or not cfg.checkpoint_dir or user_error(error):
                 raise
             log.warning("attempt %d failed (%s); resuming from %s", attempt, error, cfg.checkpoint_dir)
         finally:

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from workload import checkpoint, cli, data
+from workload import checkpoint, cli, data, preflight
 from workload.config import ConfigError, TrainConfig
 from workload.distributed import DistContext
-from workload.run import build_model, resolve_dataset, train_and_report
+from workload.run import build_model, on_main, resolve_dataset, resume_state, train_and_report
 from workload.trainer import History, Trainer, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
 
@@ -77,20 +77,20 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str) -> dict[str, Any] |
     """Train on this rank (hvd.init() done); rank 0 resumes from and saves to cfg.checkpoint_dir."""
     hvd = import_horovod()
     torch.set_num_threads(cfg.threads_per_worker)
+    # Rank 0 alone reads the checkpoint and broadcasts it; a refusal there ends every rank (see run.on_main).
+    state = on_main(ctx, lambda: resume_state(cfg))
     splits = data.load(cfg)
     model = build_model(cfg, ctx.device)
-    optimizer = build_optimizer(model, cfg, ctx.world_size)
-    history = History()
-    state = checkpoint.load(cfg.checkpoint_dir) if cfg.checkpoint_dir and ctx.is_main else None
-    if state:
-        history = checkpoint.restore(state, model, optimizer)
     optimizer = hvd.DistributedOptimizer(  # Horovod: allreduces each gradient as backward produces it
-        optimizer,
+        build_optimizer(model, cfg, ctx.world_size),
         named_parameters=model.named_parameters(),
         compression=hvd.Compression.fp16 if cfg.compression == "fp16" else hvd.Compression.none,
         backward_passes_per_step=cfg.backward_passes_per_step,
         op=hvd.Average,  # Horovod: average, as DDP does
     )
+    # Restored after wrapping: DistributedOptimizer builds a new optimizer from the param groups, so state
+    # loaded into the plain SGD before the wrap would be dropped, and the broadcast would then send zeros.
+    history = checkpoint.restore(state, model, optimizer) if state else History()
     with Watchdog(cfg.stall_timeout_s) as watchdog:
         # Horovod: every rank starts from rank 0's weights (BatchNorm buffers too), optimizer state and epoch.
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -101,7 +101,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str) -> dict[str, Any] |
         trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer,
                           sync=HorovodGradientSync(optimizer), splits=splits,
                           loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog)
-        save = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir)
+        save = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir, cfg)
         return train_and_report(trainer, backend="horovod", launcher=launcher, history=history,
                                 on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer))
 
@@ -121,13 +121,17 @@ def main() -> int:
     parser = cli.Parser(description=__doc__, prog="horovodrun -np N python -m horovod_ddp.train")
     cli.add_config_flags(parser, exclude=("workers",))
     cfg = cli.config_from_args(parser.parse_args()).with_absolute_paths()
+    preflight.check_config(cfg)  # again with the world size once Horovod is up
     ctx = init(cfg.use_gpu)
     cli.setup_logging(ctx.rank)
     try:
+        cfg = replace(cfg, workers=ctx.world_size)
+        preflight.check_config(cfg)  # every rank checks alike, so a refusal ends them all before any collective
+        on_main(ctx, lambda: resume_state(cfg))  # refused before any data is written
         if ctx.world_size == 1:
             log.info("not started by horovodrun: running as a single worker "
                      "(use horovodrun -np N python -m horovod_ddp.train for N)")
-        cfg = resolve_dataset(ctx, replace(cfg, workers=ctx.world_size))
+        cfg = resolve_dataset(ctx, cfg)
         if train(ctx, cfg, "horovodrun"):
             log.info("results: %s", os.path.join(cfg.output_dir, "results.json"))
     finally:

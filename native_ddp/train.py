@@ -17,10 +17,10 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from workload import checkpoint, cli, data
+from workload import checkpoint, cli, data, preflight
 from workload.config import ConfigError, TrainConfig, check_backend_options
 from workload.distributed import DistContext
-from workload.run import build_model, resolve_dataset, train_and_report
+from workload.run import build_model, resolve_dataset, resume_state, train_and_report
 from workload.trainer import History, Trainer, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
 
@@ -71,10 +71,13 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
     rank after every epoch (each launcher stores checkpoints its own way).
     """
     check_backend_options(cfg, "native")
+    if state:
+        checkpoint.check_resume(state, cfg, "the run's checkpoint")  # the launchers have checked; a safety net
     torch.set_num_threads(cfg.threads_per_worker)
     splits = data.load(cfg)
     model = build_model(cfg, ctx.device)
     optimizer = build_optimizer(model, cfg, ctx.world_size)
+    # Every rank restores the optimizer state itself: DDP broadcasts parameters and buffers, not momentum.
     history = checkpoint.restore(state, model, optimizer) if state else History()
     if history.last_epoch and ctx.is_main:
         log.info("resuming after epoch %d", history.last_epoch)
@@ -100,24 +103,30 @@ def train_func(config: dict[str, Any]) -> None:
     device = ray.train.torch.get_device()
     ctx = DistContext(rank=context.get_world_rank(), world_size=context.get_world_size(),
                       local_rank=context.get_local_rank(), device=device, all_reduce=torch_all_reduce(device))
-    cfg = TrainConfig.from_dict(config)
+    cfg = TrainConfig.from_dict(config["config"])
+    # Ray's own checkpoint (a retry after --max-failures, or a rerun with the same --name) comes first, then
+    # --checkpoint-dir, as under torchrun.
     resume_from = ray.train.get_checkpoint()
-    state = None
     if resume_from:
         with resume_from.as_directory() as directory:
             state = checkpoint.load(directory)
-    train(ctx, cfg, "ray", state=state, save_checkpoint=_ray_report(ctx))
+    else:
+        state = resume_state(cfg)
+    train(ctx, cfg, "ray", state=state, save_checkpoint=_ray_report(ctx, cfg, config["ray_checkpoints"]))
 
 
-def _ray_report(ctx: DistContext):
+def _ray_report(ctx: DistContext, cfg: TrainConfig, ray_checkpoints: bool):
     import ray.train
+
+    to_directory = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir, cfg)
 
     def report(epoch: int, history: History, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         metrics = {k: v for k, v in history.epochs[-1].items() if isinstance(v, (int, float))}
+        to_directory(epoch, history, module, optimizer)
         # Every rank reports once per epoch; only rank 0 attaches the checkpoint.
-        if ctx.is_main:
+        if ctx.is_main and ray_checkpoints:
             with tempfile.TemporaryDirectory() as directory:
-                checkpoint.save(directory, module, optimizer, history)
+                checkpoint.save(directory, module, optimizer, history, cfg)
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
         else:
             ray.train.report(metrics)
@@ -131,9 +140,11 @@ def main() -> int:
     cli.add_config_flags(parser, exclude=("workers",))
     args = parser.parse_args()
     cfg = cli.config_from_args(args).with_absolute_paths()
+    check_backend_options(cfg, "native")
     if "LOCAL_RANK" not in os.environ:
         raise ConfigError("start this module with torchrun --nproc-per-node N -m native_ddp.train, "
                           "or use python -m ray_jobs.train --backend native")
+    preflight.check_config(cfg)  # again with the world size once the group exists
     local_rank = int(os.environ["LOCAL_RANK"])
     device = torch.device("cuda", local_rank) if cfg.use_gpu else torch.device("cpu")
     if cfg.use_gpu:
@@ -143,9 +154,14 @@ def main() -> int:
         ctx = DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
                           device=device, all_reduce=torch_all_reduce(device))
         cli.setup_logging(ctx.rank)
-        cfg = resolve_dataset(ctx, replace(cfg, workers=ctx.world_size))
-        state = checkpoint.load(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-        doc = train(ctx, cfg, "torchrun", state=state, save_checkpoint=checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir))
+        cfg = replace(cfg, workers=ctx.world_size)
+        preflight.check_config(cfg)  # every rank checks alike, so a refusal ends them all before any collective
+        resume_state(cfg)  # before any data is written: every rank reads the same file and refuses alike
+        cfg = resolve_dataset(ctx, cfg)
+        # Every rank reads the same file and so refuses alike: none is left waiting for the others.
+        state = resume_state(cfg)
+        doc = train(ctx, cfg, "torchrun", state=state,
+                    save_checkpoint=checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir, cfg))
         if doc:
             log.info("results: %s", os.path.join(cfg.output_dir, "results.json"))
     finally:

@@ -9,6 +9,10 @@ from workload.config import ConfigError
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 10
+PROBE_TIMEOUT_S = 5
+# The HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113, section 3.4).
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+HTTP2_SETTINGS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,33 +35,77 @@ def connect() -> None:
 
     if ray.is_initialized():
         return
-    address = os.environ.get("RAY_ADDRESS", "")
-    if address and address not in ("auto", "local"):
-        _check_reachable(address)
+    check_address()
     try:
         ray.init(log_to_driver=True)
     except ConnectionError as error:
+        message = " ".join(str(error).split())
         # Seen with Ray 2.60: `ray start` turns token authentication on when ~/.ray/auth_token exists, and a
-        # client in the default mode then cannot join.
-        raise ConfigError(
-            f"could not join the Ray cluster ({' '.join(str(error).split())}); if it uses token authentication, "
-            "export RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token)"
-        ) from None
+        # client in the default mode then cannot join. Only a failure that says so is blamed on it.
+        hint = ("export RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token)" if "auth" in message.lower()
+                else "check that RAY_ADDRESS names the head node's GCS port (`ray status` there shows it)")
+        raise ConfigError(f"could not join the Ray cluster ({message[:300]}); {hint}") from None
+
+
+def check_address() -> None:
+    """Refuse, in seconds and before anything starts, a RAY_ADDRESS where no Ray cluster answers.
+
+    ray.init() retries an unreachable address, or one where something else listens, for minutes.
+    """
+    address = os.environ.get("RAY_ADDRESS", "")
+    if address and address not in ("auto", "local"):
+        _check_reachable(address)
 
 
 def _check_reachable(address: str) -> None:
-    """ray.init() retries an unreachable address for minutes; a TCP probe says so in seconds."""
-    hostport = address.split("://", 1)[-1].split("/", 1)[0]
-    host, _, port = hostport.rpartition(":")
+    scheme, _, rest = address.rpartition("://")
+    host, _, port = rest.split("/", 1)[0].rpartition(":")
     if not host or not port.isdigit():
         raise ConfigError(f"RAY_ADDRESS={address!r} is not host:port; unset it to start a local Ray")
+    fix = "start it with `ray start --head`, or unset RAY_ADDRESS to run on a local Ray"
     try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S) as sock:
+            if scheme in ("", "ray"):
+                # Ray's GCS (and Ray Client) speak gRPC, which is HTTP/2: a server answers the client preface
+                # with a SETTINGS frame at once. Anything else listening there is not a Ray cluster.
+                sock.settimeout(PROBE_TIMEOUT_S)
+                sock.sendall(HTTP2_PREFACE)
+                frame = _read(sock, 9)
+                if len(frame) < 9 or frame[3] != HTTP2_SETTINGS:
+                    raise ConfigError(f"RAY_ADDRESS={address} answers, but not as a Ray cluster (no gRPC there); "
+                                      f"point it at the head node's GCS port, or {fix}")
     except OSError as error:
-        raise ConfigError(
-            f"cannot reach the Ray cluster at RAY_ADDRESS={address} ({error}); "
-            "start it with `ray start --head` or unset RAY_ADDRESS to run on a local Ray"
-        ) from None
+        raise ConfigError(f"cannot reach the Ray cluster at RAY_ADDRESS={address} ({error}); {fix}") from None
+
+
+def _read(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    try:
+        while len(data) < size and (chunk := sock.recv(size - len(data))):
+            data += chunk
+    except socket.timeout:
+        pass
+    return data
+
+
+def user_error(error: BaseException) -> BaseException | None:
+    """The user error (bad settings, a diverged run) behind a Ray failure, if one is: Ray wraps a worker's
+    exception in RayTaskError (Horovod's RayExecutor) or WorkerGroupError (Ray Train), with a traceback we
+    would otherwise print instead of the one line that says what to fix."""
+    from workload.cli import EXIT_CODES
+
+    seen, todo = set(), [error]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        cause = getattr(current, "cause", None)  # RayTaskError keeps the original exception here
+        if isinstance(current, tuple(EXIT_CODES)) and not hasattr(current, "cause"):
+            return current
+        todo += [cause, current.__cause__, current.__context__, getattr(current, "controller_failure", None),
+                 *getattr(current, "worker_failures", {}).values()]
+    return None
 
 
 def require(workers: int, use_gpu: bool) -> None:

@@ -12,9 +12,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ray_jobs.cluster import RayRunOptions, connect, require
-from workload import cli, data, results
+from ray_jobs.cluster import RayRunOptions, check_address, connect, require, user_error
+from workload import checkpoint, cli, data, phases, preflight, results
 from workload.config import TrainConfig, check_backend_options
+from workload.run import resume_state
 from workload.summary import format_result
 
 log = logging.getLogger(__name__)
@@ -36,12 +37,53 @@ BACKENDS = {"native": _native, "horovod": _horovod}
 
 
 def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()) -> dict[str, Any]:
-    """Resolve the dataset, join Ray, check it can hold the workers, train; returns rank 0's result."""
+    """Check everything that can be checked, resolve the dataset, join Ray, train; returns rank 0's result."""
     check_backend_options(cfg, backend)
-    cfg = data.resolve(cfg.with_absolute_paths())
+    cfg = cfg.with_absolute_paths()
+    preflight.check_config(cfg)
+    preflight.check_name(options.name)
+    if options.storage_path:
+        preflight.writable_dir(options.storage_path, "--storage-path")
+    if backend == "horovod":
+        from horovod_ddp.launch import with_run_checkpoints
+
+        cfg = with_run_checkpoints(cfg, options)
+    resume = _resume_state(backend, cfg, options)
+    check_address()
+    cfg = data.resolve(cfg)
+    if resume:
+        state, where = resume
+        checkpoint.check_resume(state, cfg, where)  # again, now that `auto` has become a dataset
     connect()
     require(cfg.workers, cfg.use_gpu)
-    return BACKENDS[backend](cfg, options)
+    try:
+        return BACKENDS[backend](cfg, options)
+    except Exception as error:
+        if (cause := user_error(error)) is not None:
+            raise cause from None
+        raise
+
+
+def _resume_state(backend: str, cfg: TrainConfig, options: RayRunOptions) -> tuple[dict[str, Any], str] | None:
+    """The checkpoint a run would resume from, checked against `cfg` here rather than inside every worker.
+
+    Native DDP takes Ray Train's latest checkpoint of run --name first (as its workers will), then --checkpoint-dir.
+    """
+    if backend == "native" and options.name:
+        run_dir = Path(options.storage_path or "~/ray_results").expanduser() / options.name
+        if run_dir.is_dir():
+            from ray.train import Result
+
+            try:
+                latest = Result.from_path(run_dir).checkpoint
+            except RuntimeError:  # a folder without Ray Train's checkpoint record: a fresh start, as Ray makes it
+                latest = None
+            if latest:
+                state = checkpoint.load(latest.path)
+                checkpoint.check_resume(state, cfg, latest.path)
+                return state, latest.path
+    state = resume_state(cfg)
+    return (state, cfg.checkpoint_dir) if state else None
 
 
 def main() -> int:
@@ -52,10 +94,12 @@ def main() -> int:
     parser.add_argument("--name", help="run name; the same name and storage path resume from the last checkpoint")
     parser.add_argument("--storage-path", help="where Ray keeps checkpoints (default: ~/ray_results)")
     parser.add_argument("--max-failures", type=int, default=0, help="restarts after a worker failure (default: 0)")
+    start = phases.process_started()  # end to end, as the user waits: imports and joining the cluster included
     args = parser.parse_args()
     cfg = cli.config_from_args(args)
     options = RayRunOptions(name=args.name, storage_path=args.storage_path, max_failures=args.max_failures)
     doc = run(args.backend, cfg, options)
+    doc = phases.finish(doc["config"]["output_dir"], start)
     log.info("%s\nresults: %s", format_result(doc), Path(doc["config"]["output_dir"]) / results.FILENAME)
     return 0
 

@@ -5,53 +5,85 @@ import sys
 
 import pytest
 
-from ray_jobs import compare
+from ray_jobs import compare, launchers
 from tests.conftest import assert_one_line_error, data_flags, run_module
-from workload import report, results
+from workload import phases, report, results, stats
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
 def comparison_dir(ray_cluster, base_cfg, tmp_path_factory):
-    """One small comparison for the module: 1 and 2 workers, both backends, one epoch."""
+    """One small comparison for the module: 2 workers, both backends under Ray, torchrun and horovodrun, two
+    interleaved rounds, one epoch."""
     root = tmp_path_factory.mktemp("compare")
-    run_dir = compare.compare(base_cfg, [1, 2], ["native", "horovod"], root, parity_steps=30,
-                              tolerance=compare.DEFAULT_TOLERANCE, target_accuracy=0.9)
+    run_dir = compare.compare(base_cfg, [2], ["native", "horovod"], root, parity_steps=30,
+                              tolerance=compare.DEFAULT_TOLERANCE, target_accuracy=0.9, repeats=2,
+                              launcher_names=["ray", "torchrun", "horovodrun"])
     report.render(run_dir)
     return run_dir
 
 
+ARMS = ["native", "horovod", "native/torchrun", "horovod/horovodrun"]
+
+
 def test_a_small_comparison_writes_every_artifact(comparison_dir):
     names = {p.name for p in comparison_dir.iterdir()}
-    assert {"comparison.json", "report.md", "loss.png", "throughput.png"} <= names
+    assert {"comparison.json", "report.md", "loss.png", "throughput.png", "overhead.png"} <= names
     comparison = report.load(comparison_dir)
-    ran = {(r["backend"], r["workers"]) for r in comparison["runs"] if r["status"] == "ok"}
-    assert ran == {("reference", 1), ("native", 1), ("horovod", 1),
-                   ("reference", 2), ("global-batch", 2), ("native", 2), ("horovod", 2)}
+    assert all(r["status"] == "ok" for r in comparison["runs"]), comparison["runs"]
+    ran = [(r["arm"], r["round"]) for r in comparison["runs"]]
+    # References once, then the arms in a balanced order: A B C D, then D C B A.
+    assert ran == [("reference", 0), ("global-batch", 0), *[(a, 0) for a in ARMS], *[(a, 1) for a in reversed(ARMS)]]
     for run in comparison["runs"]:
-        results.read(comparison_dir / run["results"])
+        doc = results.read(comparison_dir / run["results"])
+        assert doc["phases"] == run["phases"] and doc["end_to_end_s"] == run["end_to_end_s"]
     assert comparison["not_applicable"] == [
         {"backend": "dataparallel", "workers": 2, "reason": "DataParallel needs 2 GPUs; this machine has 0"}]
     markdown = (comparison_dir / "report.md").read_text()
-    for needle in ("## 1 worker(s)", "## 2 worker(s)", "| native |", "| horovod |", "scaling efficiency",
-                   "DataParallel needs 2 GPUs", "AMD" if "AMD" in comparison["environment"]["cpu"] else "CPU"):
-        assert needle in markdown
-    for png in ("loss.png", "throughput.png"):
+    for needle in ("## 2 worker(s)", "| native |", "| horovod |", "native/torchrun", "horovod/horovodrun",
+                   "**Speed: ", "median step", "AMD" if "AMD" in comparison["environment"]["cpu"] else "CPU"):
+        assert needle in markdown, needle
+    for png in ("loss.png", "throughput.png", "overhead.png"):
         assert (comparison_dir / png).read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_speed_verdict_pairs_the_rounds_and_states_its_interval(comparison_dir):
+    comparison = report.load(comparison_dir)
+    answer = comparison["speed"]["2"]
+    assert answer["metric"] == "steady_samples_per_s" and answer["repeats"] == 2 and answer["launcher"] == "ray"
+    by_arm = {arm: [r["steady_samples_per_s"] for r in comparison["runs"] if r["arm"] == arm] for arm in ARMS}
+    assert answer["native"] == by_arm["native"] and answer["horovod"] == by_arm["horovod"]
+    expected = stats.paired_ratio(by_arm["native"], by_arm["horovod"])
+    assert answer["ratio"] == pytest.approx(expected.ratio) and answer["ci95"] == pytest.approx(list(expected.ci95))
+    assert answer["verdict"] == stats.speed_verdict(expected)
+    for backend, vanilla in (("native", "torchrun"), ("horovod", "horovodrun")):
+        section = comparison["launcher_overhead"]["2"][backend]
+        assert section["vanilla"] == vanilla
+        assert section["steady"]["repeats"] == section["end_to_end"]["repeats"] == 2
+
+
+def test_phases_increase_and_end_at_the_wall_time(comparison_dir):
+    comparison = report.load(comparison_dir)
+    for run in comparison["runs"]:
+        values = [run["phases"][name] for name in phases.PHASES]
+        assert values == sorted(values) and values[0] >= 0, run["phases"]
+        assert values[-1] == run["end_to_end_s"]
+        assert run["eval_time_s"] > 0 and run["checkpoint_time_s"] >= 0
+        if run["launcher"] in ("torchrun", "horovodrun"):
+            # The whole command: processes start after the launch, the group after them, training after that.
+            assert 0 < values[0] < values[1] < values[2] < values[3] <= values[4]
 
 
 def test_parity_holds_within_the_stated_tolerance(comparison_dir):
     comparison = report.load(comparison_dir)
-    for workers in ("1", "2"):
-        verdict = comparison["parity"][workers]
-        assert verdict["verdict"] == "PASS", verdict
-        assert verdict["steps"] == 30
-        assert set(verdict["max_abs_step_loss_difference"]) == {
-            "native vs horovod", "native vs reference", "horovod vs reference"}
-        assert max(verdict["max_abs_step_loss_difference"].values()) <= compare.DEFAULT_TOLERANCE
+    verdict = comparison["parity"]["2"]
+    assert verdict["verdict"] == "PASS", verdict
+    assert verdict["steps"] == 30
+    assert len(verdict["max_abs_step_loss_difference"]) == 10  # every pair of the four arms and the reference
+    assert max(verdict["max_abs_step_loss_difference"].values()) <= compare.DEFAULT_TOLERANCE
     # One forward over the global batch normalises differently: reported, and measurably apart.
-    assert comparison["parity"]["2"]["informational"]["reference vs global-batch"] > compare.DEFAULT_TOLERANCE
+    assert verdict["informational"]["reference vs global-batch"] > compare.DEFAULT_TOLERANCE
     assert "**Parity: PASS**" in (comparison_dir / "report.md").read_text()
 
 
@@ -64,30 +96,34 @@ def test_render_from_comparison_json_alone_reproduces_the_report(comparison_dir,
 
 
 def test_a_failed_run_is_reported_and_sets_the_exit_code(ray_cluster, base_cfg, tmp_path, monkeypatch):
-    real = compare.execute
+    real = launchers.run
 
-    def horovod_breaks(backend, cfg):
-        if backend == "horovod":
+    def horovod_breaks(arm, cfg):
+        if arm.backend == "horovod":
             raise RuntimeError("worker died")
-        return real(backend, cfg)
+        return real(arm, cfg)
 
-    monkeypatch.setattr(compare, "execute", horovod_breaks)
+    monkeypatch.setattr(launchers, "run", horovod_breaks)
     monkeypatch.setattr(sys, "argv", ["compare", "--workers", "1", "--backends", "horovod", "--epochs", "1",
-                                      "--output-dir", str(tmp_path), *data_flags(base_cfg)])
+                                      "--repeats", "1", "--output-dir", str(tmp_path), *data_flags(base_cfg)])
     assert compare.main() == 1
     (run_dir,) = tmp_path.iterdir()
     comparison = report.load(run_dir)
     failed = [r for r in comparison["runs"] if r["status"] == "failed"]
-    assert failed == [{"backend": "horovod", "workers": 1, "status": "failed", "error": "RuntimeError: worker died"}]
+    assert failed == [{"arm": "horovod", "backend": "horovod", "launcher": "ray", "workers": 1, "round": 0,
+                       "status": "failed", "error": "RuntimeError: worker died"}]
     assert comparison["parity"]["1"]["verdict"] == "FAIL"
-    assert "- horovod with 1 worker(s): RuntimeError: worker died" in (run_dir / "report.md").read_text()
+    assert comparison["parity"]["1"]["why"] == "horovod did not finish"
+    assert "worker died" in (run_dir / "report.md").read_text()
 
 
 @pytest.mark.parametrize("flags, needle", [
     (["--backends", "native,mxnet"], "unknown backend mxnet in --backends"),
     (["--workers", "0,2"], "--workers takes distinct positive integers"),
     (["--workers", "one,two"], "comma-separated list of positive integers"),
-    (["--compression", "fp16"], "are Horovod options; use --backend horovod"),
+    (["--compression", "fp16"], "are Horovod options; use --backends horovod"),
+    (["--repeats", "0"], "--repeats must be a positive integer"),
+    (["--launchers", "ray,mpirun"], "--launchers takes distinct names from ray, torchrun, horovodrun"),
 ])
 def test_bad_input_is_one_line_and_leaves_no_run_folder(base_cfg, tmp_path, flags, needle):
     out = tmp_path / "results"
@@ -101,5 +137,5 @@ def test_unwritable_output_dir_is_one_line(base_cfg, tmp_path):
     blocker.write_text("")
     result = run_module("ray_jobs.compare", *data_flags(base_cfg), "--output-dir", str(blocker / "results"),
                         timeout=120)
-    assert_one_line_error(result, "is not writable")
+    assert_one_line_error(result, "cannot be a folder", "is a file")
     assert blocker.read_text() == ""

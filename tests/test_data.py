@@ -116,7 +116,7 @@ def test_mnist_absent_and_not_downloadable_names_the_fix(tmp_path, offline_mnist
 def test_auto_falls_back_to_synthetic_and_says_so(tmp_path, offline_mnist, caplog):
     with caplog.at_level(logging.INFO):
         cfg = data.resolve(TrainConfig(dataset="auto", data_dir=str(tmp_path), synthetic_train_size=100,
-                                       synthetic_test_size=20))
+                                       synthetic_test_size=20, batch_size=10))
     assert cfg.dataset == "synthetic"
     assert caplog.messages[0].startswith("dataset: synthetic digits (MNIST is not in")
     assert len(data.load(cfg).train) == 100

@@ -50,6 +50,11 @@ def test_resume_trains_only_the_new_epoch(two_ranks, base_cfg):
     assert second["resumed_from_epoch"] == 1 and [e["epoch"] for e in second["epochs"]] == [1, 2]
     assert second["epochs"][0] == first["epochs"][0]
     assert "Epoch [1/2]" not in result.stdout and "Epoch [2/2], Step" in result.stdout
+    # The resumed run is the uninterrupted run: momentum comes back too (it was lost when restored before the
+    # DistributedOptimizer wrap, and the broadcast then sent zeros).
+    whole = horovodrun(2, *data_flags(base_cfg), "--output-dir", str(root / "whole"), "--epochs", "2")
+    assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
+    assert second["step_losses"] == read_results(root / "whole")["step_losses"]
 
 
 def test_four_ranks_oversubscribed_on_two_cores(base_cfg, tmp_path):

@@ -23,10 +23,16 @@ def assert_trained(doc: dict, workers: int, launcher: str, backend: str = "nativ
     assert len(doc["peak_rss_mb_per_worker"]) == workers
 
 
-def test_one_worker_on_ray(ray_cluster, cfg, tmp_path):
-    doc = run("native", replace(cfg, workers=1), RayRunOptions(storage_path=str(tmp_path / "ray")))
+def test_one_worker_on_ray_honours_checkpoint_dir(ray_cluster, cfg, tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    doc = run("native", replace(cfg, workers=1, checkpoint_dir=ckpt), RayRunOptions(storage_path=str(tmp_path / "ray")))
     assert_trained(doc, 1, "ray")
     assert read_results(tmp_path / "out") == doc
+    # --checkpoint-dir works on Ray as under torchrun: a second run with one more epoch carries on from it.
+    again = run("native", replace(cfg, workers=1, epochs=2, checkpoint_dir=ckpt, output_dir=str(tmp_path / "out2")),
+                RayRunOptions(storage_path=str(tmp_path / "ray2")))
+    assert again["resumed_from_epoch"] == 1 and again["epochs"][0] == doc["epochs"][0]
+    assert again["config"]["epochs"] == 2 and len(again["step_losses"]) == 2 * len(doc["step_losses"])
 
 
 def test_two_workers_on_ray_then_resume(ray_cluster, cfg, tmp_path):

@@ -2,6 +2,7 @@
 
 import math
 import os
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -11,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from tests.conftest import free_port
 from workload import checkpoint, data, reference, results
-from workload.config import TrainConfig
+from workload.config import ConfigError, TrainConfig
 from workload.distributed import DistContext
 from workload.metrics import epoch_timing, mean_ci95
 from workload.run import build_model
@@ -75,10 +76,11 @@ def test_single_rank_gloo_ddp_step_matches_plain_step(cfg):
 
 
 def test_epoch_timing_excludes_warmup_and_reports_shares():
-    # 2 workers, 4 steps of (data, compute, sync); the first step is a slow warm-up.
-    step = [[0.0, 5.0, 0.0]] + [[0.01, 0.07, 0.02]] * 3
-    stats = epoch_timing(torch.tensor([step, step], dtype=torch.float64), batch_size=100, warmup_steps=1)
+    # 2 workers, 4 steps of (data, compute, sync, samples); the first step is a slow warm-up.
+    step = [[0.0, 5.0, 0.0, 100]] + [[0.01, 0.07, 0.02, 100]] * 3
+    stats = epoch_timing(torch.tensor([step, step], dtype=torch.float64), warmup_steps=1)
     assert stats["measured_steps"] == 3
+    assert stats["samples_per_s_median"] == pytest.approx(2000)
     assert stats["samples_per_s_per_worker"] == pytest.approx(1000)
     assert stats["samples_per_s"] == pytest.approx(2000)
     assert stats["samples_per_s_per_worker_ci95"] == pytest.approx(0, abs=1e-6)
@@ -97,8 +99,8 @@ def test_checkpoint_round_trip_and_atomic_replace(cfg, tmp_path):
     model(torch.randn(4, 1, 28, 28)).sum().backward()
     optimizer.step()
     history = History(step_losses=[1.0, 0.5], epochs=[{"epoch": 1}])
-    checkpoint.save(tmp_path, model, optimizer, history)
-    checkpoint.save(tmp_path, model, optimizer, history)  # overwriting leaves one file and no temporaries
+    checkpoint.save(tmp_path, model, optimizer, history, cfg)
+    checkpoint.save(tmp_path, model, optimizer, history, cfg)  # overwriting leaves one file and no temporaries
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
     fresh = build_model(replace(cfg, seed=1), torch.device("cpu"))
     fresh_optimizer = build_optimizer(fresh, cfg, 1)
@@ -120,3 +122,76 @@ def test_result_schema_rejects_incomplete_documents(cfg):
             results.validate(broken)
     with pytest.raises(ValueError, match="one loss per step"):
         results.validate({**doc, "step_losses": doc["step_losses"][:-1]})
+
+
+def test_epoch_timing_counts_the_samples_each_step_processed():
+    # A short last batch (40 of 100) counts for what it holds, in the rate too.
+    steps = [[0.0, 0.1, 0.0, 100]] * 3 + [[0.0, 0.1, 0.0, 40]]
+    stats = epoch_timing(torch.tensor([steps], dtype=torch.float64), warmup_steps=0)
+    assert stats["samples_per_s_per_worker"] == pytest.approx((1000 * 3 + 400) / 4)
+    assert stats["samples_per_s_median"] == pytest.approx(1000)
+
+
+def test_sample_counts_are_the_samples_processed_not_the_nominal_batch(cfg):
+    # 6000 digits at batch 4000: one full batch and one of 2000; the epoch says 6000, not 8000.
+    doc = reference.train(replace(cfg, batch_size=4000, warmup_steps=0))
+    assert doc["epochs"][0]["steps"] == 2 and doc["epochs"][0]["samples"] == cfg.synthetic_train_size
+
+
+def test_a_diverging_run_stops_with_a_clear_error_and_writes_nothing(cfg):
+    from workload.trainer import Diverged
+
+    with pytest.raises(Diverged, match="training diverged.*lower --lr"):
+        reference.train(replace(cfg, lr=1e30, max_steps_per_epoch=20))
+    assert not (Path(cfg.output_dir) / results.FILENAME).exists()
+
+
+def test_results_json_is_strict_json(tmp_path):
+    with pytest.raises(ValueError):
+        results.write_json(tmp_path / "x.json", {"rate": float("nan")})
+    assert not (tmp_path / "x.json").exists()
+
+
+def saved_checkpoint(cfg, directory, epochs=1) -> None:
+    model = build_model(cfg, torch.device("cpu"))
+    history = History(step_losses=[1.0], epochs=[{"epoch": e} for e in range(1, epochs + 1)])
+    checkpoint.save(directory, model, build_optimizer(model, cfg, 1), history, cfg)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"lr": 5.0}, "--lr 0.01 -> 5.0"),
+    ({"batch_size": 50, "epochs": 3}, "--batch-size 100 -> 50"),
+    ({"workers": 2, "epochs": 3}, "--workers 1 -> 2"),
+    ({"seed": 1, "epochs": 3}, "--seed 0 -> 1"),
+    ({"epochs": 2}, "has already trained 2 epoch(s); pass --epochs above 2"),
+])
+def test_a_resume_with_other_settings_is_refused(cfg, tmp_path, change, needle):
+    saved_checkpoint(cfg, tmp_path, epochs=2)
+    state = checkpoint.load(tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        checkpoint.check_resume(state, replace(cfg, **{"epochs": 3, **change}), tmp_path)
+    assert needle in str(refused.value)
+
+
+def test_a_resume_may_grow_epochs_and_move_outputs(cfg, tmp_path):
+    saved_checkpoint(cfg, tmp_path, epochs=1)
+    state = checkpoint.load(tmp_path)
+    checkpoint.check_resume(state, replace(cfg, epochs=4, output_dir=str(tmp_path / "elsewhere"), log_every=3),
+                            tmp_path)
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"garbage bytes, not a checkpoint", "is not a readable checkpoint"),
+    (None, "is not a checkpoint of this project"),
+    ("other-model", "holds weights of another model"),
+])
+def test_a_file_that_is_not_our_checkpoint_is_one_clear_error(tmp_path, content, needle):
+    path = tmp_path / checkpoint.FILENAME
+    if content is None:
+        torch.save({"model": {}}, path)
+    elif content == "other-model":
+        torch.save({k: {} for k in checkpoint.KEYS} | {"model": torch.nn.Linear(3, 2).state_dict()}, path)
+    else:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError, match=needle):
+        checkpoint.load(tmp_path)

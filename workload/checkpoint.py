@@ -1,20 +1,30 @@
-"""Model, optimizer and history in one file, written atomically so a crash mid-write never loads wrong."""
+"""Model, optimizer, history and the settings that produced them, in one file written atomically.
+
+A checkpoint resumes only the run that wrote it: `check_resume` refuses other settings (see
+`config.RESUMABLE_CHANGES`), so a result never pairs one run's epochs with another run's config.
+"""
 
 import dataclasses
 import os
+import pickle
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from workload.config import RESUMABLE_CHANGES, ConfigError, TrainConfig, resume_conflicts
+from workload.model import ConvNet
 from workload.trainer import History
 
 FILENAME = "checkpoint.pt"
+KEYS = ("epoch", "model", "optimizer", "history", "config")
 
 
-def save(directory: str | Path, module: nn.Module, optimizer: torch.optim.Optimizer, history: History) -> Path:
+def save(directory: str | Path, module: nn.Module, optimizer: torch.optim.Optimizer, history: History,
+         cfg: TrainConfig) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {
@@ -22,6 +32,7 @@ def save(directory: str | Path, module: nn.Module, optimizer: torch.optim.Optimi
         "model": module.state_dict(),
         "optimizer": optimizer.state_dict(),
         "history": dataclasses.asdict(history),
+        "config": cfg.to_dict(),
     }
     with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{FILENAME}.", delete=False) as f:
         torch.save(state, f)
@@ -32,11 +43,42 @@ def save(directory: str | Path, module: nn.Module, optimizer: torch.optim.Optimi
 
 
 def load(directory: str | Path) -> dict[str, Any] | None:
-    """The checkpoint in `directory`, or None when there is none."""
+    """The checkpoint in `directory`, or None when there is none; ConfigError when the file is not one of ours."""
     path = Path(directory) / FILENAME
     if not path.exists():
         return None
-    return torch.load(path, map_location="cpu", weights_only=False)
+    fix = "delete it or choose another checkpoint folder"
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, EOFError, ValueError, UnicodeDecodeError, pickle.UnpicklingError,
+            zipfile.BadZipFile) as error:
+        reason = " ".join(str(error).split())[:120]
+        raise ConfigError(f"{path} is not a readable checkpoint ({type(error).__name__}: {reason}); {fix}") from None
+    if not isinstance(state, dict) or any(key not in state for key in KEYS):
+        raise ConfigError(f"{path} is not a checkpoint of this project (it lacks model, optimizer, history or "
+                          f"the settings that wrote it); {fix}")
+    try:
+        # The weights must fit this model, or the restore would fail later, inside every worker.
+        ConvNet().load_state_dict(state["model"])
+    except RuntimeError as error:
+        raise ConfigError(f"{path} holds weights of another model ({str(error).splitlines()[0]}); {fix}") from None
+    return state
+
+
+def check_resume(state: dict[str, Any], cfg: TrainConfig, where: str | Path) -> None:
+    """Refuse a resume that would not carry on the same run, or that has nothing left to train."""
+    conflicts = resume_conflicts(state["config"], cfg)
+    if conflicts:
+        raise ConfigError(
+            f"the checkpoint in {where} was written with other settings ({'; '.join(conflicts)}); a resume carries "
+            f"on the same run and may change only {', '.join('--' + n.replace('_', '-') for n in RESUMABLE_CHANGES)}: "
+            "use the original settings, or another checkpoint folder or run name for a new run"
+        )
+    if state["epoch"] >= cfg.epochs:
+        raise ConfigError(
+            f"the checkpoint in {where} has already trained {state['epoch']} epoch(s); pass --epochs above "
+            f"{state['epoch']} to train more, or another checkpoint folder or run name for a new run"
+        )
 
 
 def restore(state: dict[str, Any], module: nn.Module, optimizer: torch.optim.Optimizer) -> History:
@@ -45,11 +87,12 @@ def restore(state: dict[str, Any], module: nn.Module, optimizer: torch.optim.Opt
     return History(**state["history"])
 
 
-def directory_saver(is_main: bool, directory: str):
+def directory_saver(is_main: bool, directory: str, cfg: TrainConfig):
     """An on_epoch_end callback for launchers without a checkpoint store of their own: rank 0 saves to `directory`."""
 
     def save_epoch(epoch: int, history: History, module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         if directory and is_main:
-            save(directory, module, optimizer, history)
+            save(directory, module, optimizer, history, cfg)
 
     return save_epoch
+

@@ -10,31 +10,56 @@ from dataclasses import MISSING, fields
 
 from workload.config import ConfigError, TrainConfig
 from workload.data import DataError
+from workload.distributed import launcher_rank
+from workload.trainer import Diverged
 
+# Settings the user can fix: one line, exit code 2. A diverged run is a failed run: one line, exit code 1.
 USER_ERRORS = (ConfigError, DataError)
+EXIT_CODES = {ConfigError: 2, DataError: 2, Diverged: 1}
 
 
 class Parser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line and exit code 2, like every other user error here."""
 
     def error(self, message: str) -> None:
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
+        fail(f"{message} (see --help)", 2)
 
 
-def add_config_flags(parser: argparse.ArgumentParser, exclude: Iterable[str] = ()) -> None:
-    """One flag per TrainConfig field, its help text the field's docstring, so flags and fields never drift."""
+def fail(message: str, code: int) -> None:
+    """Exit with `code` after one `error:` line; under torchrun or horovodrun only rank 0 prints it."""
+    if launcher_rank() == 0:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def add_config_flags(parser: argparse.ArgumentParser, exclude: Iterable[str] = (),
+                     defaults: dict[str, object] | None = None) -> None:
+    """One flag per TrainConfig field, its help text the field's docstring, so flags and fields never drift.
+
+    `defaults` overrides a field's default for this command (and its --help says so)."""
     docs = _field_docs()
     for f in fields(TrainConfig):
         if f.name in exclude:
             continue
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not MISSING else None
+        default = (defaults or {}).get(f.name, default)
         if f.type in (bool, "bool"):
             parser.add_argument(flag, action="store_true", help=docs.get(f.name))
         else:
             kind = {"int": int, "float": float, "str": str}.get(f.type if isinstance(f.type, str) else f.type.__name__)
             parser.add_argument(flag, type=kind, default=default, help=f"{docs.get(f.name, '')} (default: {default})")
+
+
+def config_to_args(cfg: TrainConfig, exclude: Iterable[str] = ()) -> list[str]:
+    """The flags that rebuild `cfg` in another entry point (the inverse of config_from_args)."""
+    out = []
+    for f in fields(TrainConfig):
+        value = getattr(cfg, f.name)
+        if f.name in exclude or value is False:
+            continue
+        out += ["--" + f.name.replace("_", "-")] + ([] if value is True else [str(value)])
+    return out
 
 
 def config_from_args(args: argparse.Namespace, **overrides: object) -> TrainConfig:
@@ -67,7 +92,6 @@ def run(main: Callable[[], int | None]) -> None:
     setup_logging()
     try:
         code = main()
-    except USER_ERRORS as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    except (*USER_ERRORS, Diverged) as error:
+        fail(str(error), next(c for kind, c in EXIT_CODES.items() if isinstance(error, kind)))
     sys.exit(code or 0)

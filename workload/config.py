@@ -1,5 +1,6 @@
 """The one typed configuration shared by every backend and launcher."""
 
+import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,10 @@ class TrainConfig:
     """Stop each epoch after this many steps (0: the whole epoch); for quick checks."""
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            # NaN passes every comparison below (nan > 0 is False, but so is nan <= 0), and inf trains to NaN.
+            if f.type in (float, "float") and not math.isfinite(getattr(self, f.name)):
+                raise ConfigError(f"{_flag(f.name)} must be a finite number, got {getattr(self, f.name)}")
         for name in ("epochs", "batch_size", "workers", "synthetic_train_size", "synthetic_test_size",
                      "backward_passes_per_step", "threads_per_worker", "log_every"):
             if getattr(self, name) <= 0:
@@ -120,7 +125,27 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def check_backend_options(cfg: TrainConfig, backend: str) -> None:
+def check_backend_options(cfg: TrainConfig, backend: str, backend_flag: str = "--backend") -> None:
     """Horovod-only settings are refused elsewhere rather than silently ignored."""
     if backend != "horovod" and (cfg.compression != "none" or cfg.backward_passes_per_step != 1):
-        raise ConfigError("--compression and --backward-passes-per-step are Horovod options; use --backend horovod")
+        raise ConfigError(f"--compression and --backward-passes-per-step are Horovod options; "
+                          f"use {backend_flag} horovod")
+
+
+# What a resumed run may change: where things go, how often it logs, its stall bound, and --epochs (upwards).
+# Everything else decides the numbers, so a checkpoint resumes only under the settings that wrote it.
+RESUMABLE_CHANGES = ("epochs", "data_dir", "output_dir", "checkpoint_dir", "stall_timeout_s", "log_every")
+
+
+def resume_conflicts(saved: dict[str, Any], cfg: TrainConfig) -> list[str]:
+    """The settings of `cfg` that differ from those a checkpoint was written with, as `--flag saved -> now`."""
+    conflicts = []
+    for f in fields(cfg):
+        if f.name in RESUMABLE_CHANGES or f.name not in saved:
+            continue
+        now, then = getattr(cfg, f.name), saved[f.name]
+        if f.name == "dataset" and "auto" in (now, then):
+            continue  # auto is resolved to mnist or synthetic; the resolved names are compared once known
+        if now != then:
+            conflicts.append(f"{_flag(f.name)} {then} -> {now}")
+    return conflicts

@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from torch.utils.data import TensorDataset
-from torchvision.datasets import MNIST
 
 from workload import synthetic
 from workload.config import TrainConfig
+from workload.preflight import check_epoch_length
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,10 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     if cfg.dataset in ("auto", "mnist"):
         problem = _ensure_mnist(Path(cfg.data_dir))
         if problem is None:
+            cfg = replace(cfg, dataset="mnist")
+            check_epoch_length(cfg, train_count(cfg))
             log.info("dataset: MNIST from %s", mnist_root(cfg))
-            return replace(cfg, dataset="mnist")
+            return cfg
         if cfg.dataset == "mnist":
             raise DataError(
                 f"MNIST is not in {Path(cfg.data_dir) / 'MNIST' / 'raw'} and could not be downloaded ({problem}); "
@@ -58,8 +60,15 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
         log.info("dataset: synthetic digits (MNIST is not in %s and could not be downloaded)", cfg.data_dir)
     else:
         log.info("dataset: synthetic digits")
+    cfg = replace(cfg, dataset="synthetic")
+    check_epoch_length(cfg, cfg.synthetic_train_size)
     write_synthetic(cfg)
-    return replace(cfg, dataset="synthetic")
+    return cfg
+
+
+def train_count(cfg: TrainConfig) -> int:
+    """Training digits in a resolved dataset, from the IDX header (no need to read the images)."""
+    return _idx_dims(mnist_root(cfg) / "MNIST" / "raw" / SPLIT_FILES["train"][0], IMAGES_MAGIC)[0]
 
 
 def mnist_root(cfg: TrainConfig) -> Path:
@@ -106,10 +115,12 @@ def load(cfg: TrainConfig) -> Splits:
     root = mnist_root(cfg)
     for split in SPLIT_FILES:
         validate_idx(root / "MNIST" / "raw", split)
+    from torchvision.datasets import MNIST  # here, not at the top: importing torchvision costs every CLI ~2 s
+
     return Splits(train=_tensors(MNIST(str(root), train=True)), test=_tensors(MNIST(str(root), train=False)))
 
 
-def _tensors(dataset: MNIST) -> TensorDataset:
+def _tensors(dataset) -> TensorDataset:
     images = (dataset.data.unsqueeze(1).float() / 255 - MNIST_MEAN) / MNIST_STD
     return TensorDataset(images, dataset.targets.long())
 
@@ -120,21 +131,36 @@ def _ensure_mnist(data_dir: Path) -> str | None:
         for split in SPLIT_FILES:
             validate_idx(data_dir / "MNIST" / "raw", split)
         return None
-    except DataError as missing:
+    except DataError:
         if any((data_dir / "MNIST" / "raw" / name).exists() for pair in SPLIT_FILES.values() for name in pair):
             raise  # Files are there but broken: say so rather than silently train on something else.
-        reason = str(missing)
+        reason = "no MNIST files there"
+    created = [d for d in (data_dir, data_dir / "MNIST", data_dir / "MNIST" / "raw") if not d.exists()]
     try:
         # torchvision prints its download attempts; they are noise when offline.
+        from torchvision.datasets import MNIST
+
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             MNIST(str(data_dir), train=True, download=True)
         return None
     except (RuntimeError, OSError) as error:
+        # A failed download leaves empty folders that nobody asked for; remove the ones it made.
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         return f"{reason}; download failed: {str(error).splitlines()[0]}"
 
 
 def validate_idx(raw: Path, split: str) -> None:
     """Check one split's IDX files as torchvision will read them; raise DataError naming the first problem."""
+    try:
+        _validate_idx(raw, split)
+    except DataError as problem:
+        raise DataError(f"{problem}; put the original uncompressed MNIST files in {raw}, "
+                        "or use --dataset synthetic") from None
+
+
+def _validate_idx(raw: Path, split: str) -> None:
     images_path, labels_path = (raw / name for name in SPLIT_FILES[split])
     image_dims = _idx_dims(images_path, IMAGES_MAGIC)
     label_dims = _idx_dims(labels_path, LABELS_MAGIC)

@@ -1,7 +1,9 @@
 """The one place that knows rank, world size and device. Backends build a DistContext once and pass it in."""
 
+import os
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -17,6 +19,8 @@ class DistContext:
     local_rank: int
     device: torch.device
     all_reduce: AllReduce
+    ready_at: float = field(default_factory=time.time)
+    """Wall-clock time the process group became usable: backends build the context right after it."""
 
     @property
     def is_main(self) -> bool:
@@ -39,3 +43,14 @@ class DistContext:
 def single_process(device: torch.device | None = None) -> DistContext:
     return DistContext(rank=0, world_size=1, local_rank=0, device=device or torch.device("cpu"),
                        all_reduce=lambda tensor, op: tensor.clone())
+
+
+def launcher_rank() -> int:
+    """This process's rank as torchrun (RANK) or horovodrun (HOROVOD_RANK) set it, before any process group.
+
+    Only for printing a refusal once rather than once per rank; everything else takes the rank from DistContext.
+    """
+    for name in ("RANK", "HOROVOD_RANK"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0

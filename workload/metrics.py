@@ -1,7 +1,5 @@
 """Timing statistics, computed the same way for every backend (after the cross-rank gather)."""
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -17,23 +15,29 @@ def mean_ci95(values: Tensor) -> tuple[float, float]:
     return float(values.mean()), 1.96 * std
 
 
-def epoch_timing(times: Tensor, batch_size: int, warmup_steps: int) -> dict[str, float]:
-    """Statistics of one epoch from `times` [world, steps, 3] holding (data, compute, sync) seconds per step.
-
-    The first `warmup_steps` steps of the epoch are left out, unless that would leave none.
+def epoch_timing(times: Tensor, warmup_steps: int) -> dict[str, float]:
+    """Statistics of one epoch from `times` [world, steps, 4] holding (data, compute, sync) seconds and the
+    samples each step processed, per rank and step. The first `warmup_steps` steps of the epoch are left out;
+    the launchers refuse epochs that would leave none (workload/preflight.py).
     """
-    measured = times[:, warmup_steps:] if times.shape[1] > warmup_steps else times
-    step = measured.sum(-1)  # [world, steps]
-    per_worker = batch_size / step.clamp_min(1e-12)
+    assert times.shape[1] > warmup_steps, "preflight.check_epoch_length lets no such epoch through"
+    measured = times[:, warmup_steps:]
+    step = measured[..., :3].sum(-1)  # [world, steps]
+    samples = measured[..., 3]
+    per_worker = samples / step.clamp_min(1e-12)
     rate, rate_ci = mean_ci95(per_worker.flatten())
     total = float(step.sum())
+    median_step = percentile(step.flatten(), 50)
     return {
         "samples_per_s": rate * times.shape[0],
         "samples_per_s_per_worker": rate,
         "samples_per_s_per_worker_ci95": rate_ci,
-        "step_time_p50_s": percentile(step.flatten(), 50),
+        # The steady-state figure for comparing runs: the median ignores the odd stalled step that a mean
+        # (and so samples_per_s) carries in full on a busy machine.
+        "samples_per_s_median": times.shape[0] * percentile(samples.flatten(), 50) / max(median_step, 1e-12),
+        "step_time_p50_s": median_step,
         "step_time_p95_s": percentile(step.flatten(), 95),
-        "data_share": float(measured[..., 0].sum()) / total if total else math.nan,
-        "comm_share": float(measured[..., 2].sum()) / total if total else math.nan,
+        "data_share": float(measured[..., 0].sum()) / total,
+        "comm_share": float(measured[..., 2].sum()) / total,
         "measured_steps": int(measured.shape[1]),
     }

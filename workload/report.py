@@ -1,7 +1,7 @@
-"""Render a comparison (report.md, loss.png, throughput.png) from comparison.json alone."""
+"""Render a comparison (report.md, loss.png, throughput.png, overhead.png) from comparison.json alone."""
 
 import json
-import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +10,23 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on servers or in CI
 import matplotlib.pyplot as plt  # noqa: E402
 
+from workload import speed, stats  # noqa: E402
+from workload.config import ConfigError  # noqa: E402
+
 COMPARISON = "comparison.json"
-ORDER = ("reference", "global-batch", "native", "horovod", "dataparallel")
+SCHEMA_VERSION = 2
+REQUIRED = ("schema_version", "run_id", "settings", "environment", "wall_time_s", "runs", "parity", "not_applicable")
+ORDER = ("reference", "global-batch", "native", "horovod", "native/torchrun", "horovod/horovodrun", "dataparallel")
+DISTRIBUTED = ("native", "horovod")
+# The phases of workload/phases.py (PHASES), in order, with the name each segment gets in the overhead plot. Written
+# out here rather than imported: workload.phases pulls in torch, and rendering a report should not need it.
+PHASES = {
+    "workers_started": "start → workers started",
+    "process_group_ready": "→ process group ready",
+    "first_step_done": "→ first step done",
+    "training_done": "→ training done",
+    "launcher_returned": "→ launcher returned",
+}
 BN_NOTE = (
     "BatchNorm buffers (running mean and variance) are not gradients, so neither backend averages them. "
     "DDP broadcasts rank 0's buffers at the start of every forward pass, so each rank ends with rank 0's "
@@ -24,74 +39,184 @@ BN_NOTE = (
 
 
 def load(run_dir: str | Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / COMPARISON).read_text())
+    """comparison.json, or a ConfigError saying why it cannot be rendered."""
+    path = Path(run_dir) / COMPARISON
+    fix = "pass a results/<run-id> folder written by python -m ray_jobs.compare"
+    try:
+        comparison = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist; {fix}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{path} cannot be read as JSON ({error}); {fix}") from None
+    missing = [k for k in REQUIRED if not isinstance(comparison, dict) or k not in comparison]
+    if missing:
+        raise ConfigError(f"{path} is not a comparison (it lacks {', '.join(missing)}); {fix}")
+    if comparison["schema_version"] != SCHEMA_VERSION:
+        raise ConfigError(f"{path} has schema version {comparison['schema_version']!r}, this renderer reads "
+                          f"{SCHEMA_VERSION}; rerun python -m ray_jobs.compare")
+    return comparison
 
 
 def render(run_dir: str | Path) -> str:
-    """Write report.md, loss.png and throughput.png into run_dir from its comparison.json; return the Markdown."""
+    """Write report.md, loss.png, throughput.png and overhead.png into run_dir from its comparison.json; return the
+    Markdown."""
     run_dir = Path(run_dir)
     comparison = load(run_dir)
-    markdown = report_markdown(comparison)
-    (run_dir / "report.md").write_text(markdown)
-    plot_losses(comparison, run_dir / "loss.png")
-    plot_throughput(comparison, run_dir / "throughput.png")
+    try:
+        markdown = report_markdown(comparison)
+        (run_dir / "report.md").write_text(markdown)
+        plot_losses(comparison, run_dir / "loss.png")
+        plot_throughput(comparison, run_dir / "throughput.png")
+        plot_overhead(comparison, run_dir / "overhead.png")
+    except OSError as error:
+        raise ConfigError(f"cannot write the report into {run_dir} ({error.strerror or error}); copy comparison.json "
+                          "into a writable folder and render that") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+        raise ConfigError(f"{run_dir / COMPARISON} is damaged or from another version ({type(error).__name__}: "
+                          f"{error}); rerun python -m ray_jobs.compare") from None
     return markdown
 
 
-def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
-    """One row of figures per finished run at `workers`, the timing from its last epoch."""
-    target = comparison["settings"]["target_accuracy"]
-    single = {r["backend"]: total_rate(r) for r in comparison["runs"] if r["status"] == "ok" and r["workers"] == 1}
-    out = []
+def finished(comparison: dict[str, Any], workers: int) -> dict[str, list[dict[str, Any]]]:
+    """The finished runs at `workers`, by arm in report order, each arm's runs by round (the first run first)."""
+    by_arm: dict[str, list[dict[str, Any]]] = {}
     for run in comparison["runs"]:
-        if run["workers"] != workers or run["status"] != "ok":
-            continue
-        last = run["epochs"][-1]
+        if run["workers"] == workers and run["status"] == "ok":
+            by_arm.setdefault(run["arm"], []).append(run)
+    order = sorted(by_arm, key=lambda arm: (ORDER.index(arm) if arm in ORDER else len(ORDER), arm))
+    return {arm: sorted(by_arm[arm], key=lambda run: run["round"]) for arm in order}
+
+
+def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
+    """One row per arm at `workers`: steady samples/s and end-to-end time over all its finished runs, the rest from
+    its first finished run (every repeat trains the same model, so one run speaks for the losses and accuracy)."""
+    target = comparison["settings"]["target_accuracy"]
+    single = {arm: statistics.median(r[speed.METRIC] for r in runs) for arm, runs in finished(comparison, 1).items()}
+    out = []
+    for arm, runs in finished(comparison, workers).items():
+        first = runs[0]
+        last = first["epochs"][-1]
         elapsed, reached = 0.0, None
-        for epoch in run["epochs"]:
+        for epoch in first["epochs"]:
             elapsed += epoch["epoch_time_s"]
             if reached is None and epoch["test_accuracy"] >= target:
                 reached = elapsed
-        base = single.get(run["backend"])
-        distributed = run["backend"] in ("native", "horovod")
+        steady = stats.spread([r[speed.METRIC] for r in runs])
+        median = statistics.median(r[speed.METRIC] for r in runs)
+        base = single.get(arm)
         out.append({
-            "backend": run["backend"],
+            "arm": arm,
+            "backend": first["backend"],
+            "launcher": first["launcher"],
             "train_loss": last["train_loss"],
             "test_accuracy": last["test_accuracy"],
             "per_worker": (last["samples_per_s_per_worker"], last["samples_per_s_per_worker_ci95"]),
-            "total": total_rate(run),
+            "steady": median,
+            "steady_min": steady["min"],
+            "steady_max": steady["max"],
+            "runs": steady["n"],
+            "end_to_end_s": statistics.median(r["end_to_end_s"] for r in runs),
             "epoch_time_s": last["epoch_time_s"],
             "p50_ms": 1000 * last["step_time_p50_s"],
             "p95_ms": 1000 * last["step_time_p95_s"],
             "comm_share": last["comm_share"],
             "time_to_target_s": reached,
-            "peak_rss_mb": max(run["peak_rss_mb_per_worker"]),
-            "scaling": total_rate(run) / (workers * base) if distributed and base else None,
-            "buffers_identical": run["buffers_identical_across_ranks"],
+            "peak_rss_mb": max(first["peak_rss_mb_per_worker"]),
+            "scaling": median / (workers * base) if first["backend"] in DISTRIBUTED and base else None,
+            "buffers_identical": first["buffers_identical_across_ranks"],
         })
     return out
 
 
-def total_rate(run: dict[str, Any]) -> float:
-    return run["epochs"][-1]["samples_per_s"]
-
-
 def table(comparison: dict[str, Any], workers: int) -> str:
     target = comparison["settings"]["target_accuracy"]
-    head = (f"| backend | final train loss | test accuracy | samples/s per worker (mean ± 1.96σ) | samples/s total "
-            f"| epoch time | step p50 / p95 | comm share | time to {100 * target:g}% | peak RSS per worker "
-            "| scaling efficiency | buffers identical |")
+    head = ("| arm | final train loss | test accuracy | samples/s per worker (mean ± 1.96σ) | steady samples/s total "
+            "(median, min–max, runs) | end to end (median) | epoch time | step p50 / p95 | comm share "
+            f"| time to {100 * target:g}% | peak RSS per worker | scaling efficiency | buffers identical |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows(comparison, workers):
         rate, ci = r["per_worker"]
-        reached = f"{r['time_to_target_s']:.1f} s" if r["time_to_target_s"] is not None else "not reached"
+        reached = _seconds(r["time_to_target_s"]) if r["time_to_target_s"] is not None else "not reached"
         scaling = f"{100 * r['scaling']:.0f}%" if r["scaling"] is not None else "—"
+        steady = (f"{r['steady']:.0f} ({r['steady_min']:.0f}–{r['steady_max']:.0f}, n={r['runs']})" if r["runs"] > 1
+                  else f"{r['steady']:.0f} (n=1)")
         lines.append(
-            f"| {r['backend']} | {r['train_loss']:.4f} | {100 * r['test_accuracy']:.2f}% | {rate:.0f} ± {ci:.0f} "
-            f"| {r['total']:.0f} | {r['epoch_time_s']:.1f} s | {r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms "
-            f"| {100 * r['comm_share']:.1f}% | {reached} | {r['peak_rss_mb']:.0f} MB | {scaling} "
-            f"| {'yes' if r['buffers_identical'] else 'no'} |"
+            f"| {r['arm']} | {r['train_loss']:.4f} | {100 * r['test_accuracy']:.2f}% | {rate:.0f} ± {ci:.0f} "
+            f"| {steady} | {_seconds(r['end_to_end_s'])} | {_seconds(r['epoch_time_s'])} "
+            f"| {r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms | {100 * r['comm_share']:.1f}% | {reached} "
+            f"| {r['peak_rss_mb']:.0f} MB | {scaling} | {'yes' if r['buffers_identical'] else 'no'} |"
         )
+    return "\n".join(lines)
+
+
+def speed_line(comparison: dict[str, Any], workers: int) -> str:
+    """The bold speed verdict at `workers` with its ratio and interval, or why there is none."""
+    answer = comparison.get("speed", {}).get(str(workers))
+    if answer is None:
+        return f"**Speed: no verdict** — {_no_speed_reason(comparison, workers)}."
+    where = "both under Ray" if answer["launcher"] == "ray" else "each under its own launcher"
+    rounds = (f"per round, native {', '.join(f'{v:.0f}' for v in answer['native'])}; Horovod "
+              f"{', '.join(f'{v:.0f}' for v in answer['horovod'])} samples/s")
+    return (f"**Speed: {answer['sentence']}**\n\nNative ÷ Horovod steady-state samples/s, {where}: "
+            f"{_ratio(answer)}; {rounds}.")
+
+
+def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
+    s = comparison["settings"]
+    if not set(DISTRIBUTED) <= set(s["backends"]):
+        return f"it compares native with horovod, and this comparison ran only {', '.join(s['backends'])}"
+    a, b = DISTRIBUTED if "ray" in s["launchers"] else tuple(speed.VANILLA.values())
+    counts = []
+    for arm in (a, b):
+        runs = [r for r in comparison["runs"] if r["workers"] == workers and r["arm"] == arm]
+        counts.append(f"{arm} finished {sum(r['status'] == 'ok' for r in runs)} of {len(runs)} run(s)")
+    return f"no round in which both {a} and {b} finished ({'; '.join(counts)}; see Failed runs)"
+
+
+def _ratio(estimate: dict[str, Any]) -> str:
+    """`1.03 (95 % CI 0.97–1.09, 3 repeats)`, or the ratio alone with "no interval" when one repeat ran."""
+    if estimate["ci95"] is None:
+        return f"{estimate['ratio']:.3f}, no interval ({estimate['repeats']} repeat)"
+    lo, hi = estimate["ci95"]
+    return f"{estimate['ratio']:.3f} (95 % CI {lo:.3f}–{hi:.3f}, {estimate['repeats']} repeats)"
+
+
+def overhead_table(comparison: dict[str, Any], workers: int) -> str | None:
+    """Ray ÷ each backend's own launcher at `workers`, or None when no vanilla launcher ran."""
+    overhead = comparison.get("launcher_overhead", {}).get(str(workers))
+    if not overhead:
+        return None
+    lines = ["**Ray ÷ vanilla launcher**, paired by round. A steady ratio below 1 means Ray trains slower; an "
+             "end-to-end ratio above 1 means Ray takes longer from launch to return.", "",
+             "| backend | vanilla launcher | steady samples/s, Ray ÷ vanilla | end-to-end time, Ray ÷ vanilla |",
+             "|---|---|---|---|"]
+    for backend, section in overhead.items():
+        steady, end = (_ratio(section[k]) if k in section else "—" for k in ("steady", "end_to_end"))
+        lines.append(f"| {backend} | {section['vanilla']} | {steady} | {end} |")
+    return "\n".join(lines)
+
+
+def median_phases(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Each phase's median over `runs`, in seconds from the launcher's start, plus eval and checkpoint totals.
+
+    The medians keep the phases' order: every run's phases increase, and a median cannot overtake a median of
+    values that are each at least as large."""
+    out = {name: statistics.median(r["phases"][name] for r in runs) for name in PHASES}
+    out["eval_time_s"] = statistics.median(r["eval_time_s"] for r in runs)
+    out["checkpoint_time_s"] = statistics.median(r["checkpoint_time_s"] for r in runs)
+    return out
+
+
+def phases_table(comparison: dict[str, Any], workers: int) -> str:
+    names = [label.removeprefix("start → ").removeprefix("→ ") for label in PHASES.values()]
+    head = f"| arm | runs | {' | '.join(names)} | evaluation (total) | checkpoints (total) |"
+    lines = ["**Where the time goes**: the median over each arm's finished runs, in seconds from the launcher's start "
+             "(evaluation and checkpoints: time spent on them over the whole run).", "",
+             head, "|" + "---|" * head.count(" | ") + "---|"]
+    for arm, runs in finished(comparison, workers).items():
+        m = median_phases(runs)
+        cells = " | ".join(_seconds(m[k]) for k in (*PHASES, "eval_time_s", "checkpoint_time_s"))
+        lines.append(f"| {arm} | {len(runs)} | {cells} |")
     return "\n".join(lines)
 
 
@@ -104,80 +229,161 @@ def report_markdown(comparison: dict[str, Any]) -> str:
         "",
         f"Dataset **{cfg['dataset']}**, {cfg['epochs']} epoch(s), batch {cfg['batch_size']} per worker, SGD lr "
         f"{cfg['lr']} momentum {cfg['momentum']}, seed {cfg['seed']}, {cfg['threads_per_worker']} torch thread(s) "
-        f"per worker; the same initial weights and DistributedSampler shards in every run.",
+        f"per worker; the same initial weights and DistributedSampler shards in every run. Launchers: "
+        f"{', '.join(s['launchers'])}; every arm ran {s['repeats']} time(s) per worker count, the references once. "
+        f"The whole comparison took {comparison['wall_time_s'] / 60:.1f} min.",
         "",
         f"Environment: Python {env['python']}, torch {env['torch']}, torchvision {env['torchvision']}, "
         f"Ray {env['ray']}, Horovod {env['horovod']}; CPU {env['cpu']} ({env['cpu_count']} cores); "
-        f"GPU {env['gpu'] or 'none'}.",
+        f"GPU {env['gpu'] or 'none'}; host {env['hostname']}.",
         "",
         "`reference` is one process running each step's per-worker micro-batches one after another and averaging "
         "their gradients (with 1 worker: the tutorials' single-process baseline); `global-batch` is one forward "
-        "pass over the same global batch (BatchNorm over all of it; information only). Timing columns are from the "
-        f"last epoch with the first {cfg['warmup_steps']} steps of each epoch left out; comm share is the time "
+        "pass over the same global batch (BatchNorm over all of it; information only). An arm is a backend under "
+        "a launcher: `native` and `horovod` under Ray, `native/torchrun` and `horovod/horovodrun` under their own. "
+        "Losses, accuracy and the per-step columns are from each arm's first finished run, timing from its last "
+        f"epoch with the first {cfg['warmup_steps']} steps of each epoch left out; comm share is the time "
         "spent waiting for averaged gradients after the local backward pass finished; time to target accuracy "
         "counts training time (no evaluation) up to the end of the first epoch that reached it. Scaling "
-        "efficiency is total samples/s over workers × the same backend's 1-worker samples/s.",
+        "efficiency is the median steady samples/s over workers × the same arm's 1-worker median.",
+        "",
+        f"**How speed is measured.** The speed metric (`{s['speed_metric']}`) is steady-state throughput: total "
+        "samples/s over all workers from the median step time of the last epoch, the warm-up steps left out. A "
+        "median ignores the odd stalled step that a mean carries in full, and on a busy shared machine such stalls "
+        "are common. The runs are interleaved in a "
+        "balanced order (A B B A …), so a slow minute hits every arm alike. Native and Horovod are compared as a "
+        "ratio, round by round: the interval is a paired t interval on the log ratios of the rounds, "
+        "exponentiated; a winner is named only when the whole 95 % interval lies on one side of 1.",
     ]
     for workers in s["workers"]:
-        out += ["", f"## {workers} worker(s)", "", table(comparison, workers)]
+        ran = bool(finished(comparison, workers))
+        out += ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), "",
+                table(comparison, workers) if ran else "No run finished at this worker count; see Failed runs."]
+        if overhead := overhead_table(comparison, workers):
+            out += ["", overhead]
+        if ran:
+            out += ["", phases_table(comparison, workers)]
         parity = comparison["parity"].get(str(workers))
         if parity:
             out += ["", f"**Parity: {parity['verdict']}** — largest |step-loss difference| over the first "
                         f"{parity['steps']} steps, tolerance {parity['tolerance']:g}"
                         + (f" ({parity['why']})" if parity["why"] else "") + ":", ""]
             for pair, diff in parity["max_abs_step_loss_difference"].items():
-                out.append(f"- {pair}: {diff:.3g}")
+                out.append(f"- {pair}: {_number(diff)}")
             for pair, diff in parity["informational"].items():
-                out.append(f"- {pair} (information, not part of the verdict): {diff:.3g}")
+                out.append(f"- {pair} (information, not part of the verdict): {_number(diff)}")
     if comparison["not_applicable"]:
         out += ["", "## Not applicable here", ""]
         out += [f"- {n['backend']} with {n['workers']} worker(s): {n['reason']}" for n in comparison["not_applicable"]]
     failed = [r for r in comparison["runs"] if r["status"] != "ok"]
     if failed:
         out += ["", "## Failed runs", ""]
-        out += [f"- {r['backend']} with {r['workers']} worker(s): {r['error']}" for r in failed]
+        for r in failed:
+            # Rounds are 0-based in the JSON and 1-based in the orchestrator's log; the log's numbering is used here.
+            when = f", round {r['round'] + 1} of {s['repeats']}" if r["launcher"] != "local" else ""
+            out.append(f"- {r['arm']} with {r['workers']} worker(s){when}: {r['error']}")
     out += ["", "## BatchNorm buffers and evaluation", "", BN_NOTE, "",
-            "Plots: `loss.png` (loss per step, every backend overlaid), `throughput.png` (samples/s by backend and "
-            "worker count).", ""]
+            "Plots: `loss.png` (loss per step, every arm's first run overlaid), `throughput.png` (median steady "
+            "samples/s by arm and worker count, each run a dot), `overhead.png` (where each distributed arm's time "
+            "goes, from launch to return).", ""]
     return "\n".join(out)
+
+
+def _number(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
+def _seconds(value: float) -> str:
+    if value == 0:
+        return "0 s"
+    return f"{value:.2f} s" if abs(value) < 1 else f"{value:.1f} s"
 
 
 def plot_losses(comparison: dict[str, Any], path: Path) -> None:
     counts = comparison["settings"]["workers"]
     fig, axes = plt.subplots(1, len(counts), figsize=(6 * len(counts), 4), squeeze=False)
     for ax, workers in zip(axes[0], counts):
-        for run in comparison["runs"]:
-            if run["workers"] == workers and run["status"] == "ok":
-                ax.plot(range(1, len(run["step_losses"]) + 1), run["step_losses"], label=run["backend"],
-                        linewidth=1, alpha=0.8)
+        by_arm = finished(comparison, workers)
+        for arm, runs in by_arm.items():
+            losses = runs[0]["step_losses"]
+            ax.plot(range(1, len(losses) + 1), losses, label=arm, linewidth=1, alpha=0.8)
         ax.set(title=f"{workers} worker(s): lines overlap where the losses agree", xlabel="step",
                ylabel="training loss (mean over ranks)", yscale="log")
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        if by_arm:
+            ax.legend(fontsize="small")
+        else:
+            _nothing(ax, "no run finished")
+    _save(fig, path)
 
 
 def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
+    """A bar per arm and worker count at the median steady samples/s, every run a dot on its bar."""
     counts = comparison["settings"]["workers"]
-    finished = {r["backend"] for r in comparison["runs"] if r["status"] == "ok"}
-    backends = [b for b in ORDER if b in finished]
-    fig, ax = plt.subplots(figsize=(2 + 2 * len(counts) * max(1, len(backends)) / 2, 4))
-    width = 0.8 / max(1, len(backends))
-    by_count = [rows(comparison, workers) for workers in counts]
-    for i, backend in enumerate(backends):
-        xs, ys, errs = [], [], []
-        for j, count_rows in enumerate(by_count):
-            for r in count_rows:
-                if r["backend"] == backend:
-                    xs.append(j + i * width)
-                    ys.append(r["total"])
-                    rate, ci = r["per_worker"]
-                    errs.append(ci * r["total"] / rate if rate and not math.isnan(ci) else 0)
-        ax.bar(xs, ys, width, yerr=errs, label=backend, capsize=3)
-    ax.set_xticks([j + width * (len(backends) - 1) / 2 for j in range(len(counts))], [f"{w} worker(s)" for w in counts])
-    ax.set(ylabel="samples/s (total, last epoch)", title="Throughput by backend and worker count")
-    ax.legend()
+    by_count = [finished(comparison, workers) for workers in counts]
+    arms = sorted({arm for by_arm in by_count for arm in by_arm},
+                  key=lambda arm: (ORDER.index(arm) if arm in ORDER else len(ORDER), arm))
+    fig, ax = plt.subplots(figsize=(max(6.0, 3 + 0.6 * len(counts) * len(arms)), 4.5))
+    width = 0.8 / max(1, len(arms))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, arm in enumerate(arms):
+        xs, medians = [], []
+        for j, by_arm in enumerate(by_count):
+            if arm not in by_arm:
+                continue
+            x = j + i * width
+            values = [r[speed.METRIC] for r in by_arm[arm]]
+            xs.append(x)
+            medians.append(statistics.median(values))
+            # Spread the dots a little across the bar so that equal values stay visible as several runs.
+            offsets = [0.0] if len(values) == 1 else [
+                width * 0.5 * (k / (len(values) - 1) - 0.5) for k in range(len(values))]
+            ax.scatter([x + o for o in offsets], values, s=14, color="black", zorder=3,
+                       label="one run" if not ax.collections else None)
+        ax.bar(xs, medians, width * 0.95, label=arm, color=colours[i % len(colours)], alpha=0.85)
+    ax.set_xticks([j + width * (len(arms) - 1) / 2 for j in range(len(counts))], [f"{w} worker(s)" for w in counts])
+    ax.set(ylabel="steady-state samples/s, total (median step)",
+           title="Steady-state samples/s (median step) by arm, each dot one run")
+    if arms:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    else:
+        _nothing(ax, "no run finished")
+    _save(fig, path)
+
+
+def plot_overhead(comparison: dict[str, Any], path: Path) -> None:
+    """One stacked horizontal bar per worker count and distributed arm: the median time to each phase."""
+    bars = []
+    for workers in comparison["settings"]["workers"]:
+        for arm, runs in finished(comparison, workers).items():
+            if runs[0]["backend"] in DISTRIBUTED:
+                bars.append((f"{workers} worker(s), {arm}", median_phases(runs)))
+    fig, ax = plt.subplots(figsize=(9, 1.5 + 0.45 * max(1, len(bars))))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    ys = range(len(bars))
+    previous = [0.0] * len(bars)
+    for k, (name, label) in enumerate(PHASES.items()):
+        widths = [m[name] - p for (_, m), p in zip(bars, previous)]
+        ax.barh(ys, widths, left=previous, color=colours[k % len(colours)], label=label, height=0.6)
+        previous = [m[name] for _, m in bars]
+    for y, total in zip(ys, previous):
+        ax.text(total, y, f" {total:.1f} s", va="center", fontsize="small")
+    ax.set_yticks(list(ys), [name for name, _ in bars])
+    ax.invert_yaxis()  # the first worker count at the top, as in the report
+    ax.set(xlabel="seconds from launcher start (median over runs)",
+           title="Where the time goes, from launch to return")
+    if bars:
+        ax.set_xlim(0, 1.15 * max(previous))  # room for the totals written after each bar
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    else:
+        _nothing(ax, "no distributed run finished")
+    _save(fig, path)
+
+
+def _save(fig: Any, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _nothing(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center")

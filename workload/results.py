@@ -16,10 +16,11 @@ from workload.trainer import History
 SCHEMA_VERSION = 1
 REQUIRED = {
     "schema_version": int, "backend": str, "launcher": str, "workers": int, "dataset": str, "config": dict,
-    "environment": dict, "step_losses": list, "epochs": list, "final": dict,
+    "environment": dict, "step_losses": list, "epochs": list, "final": dict, "timestamps": dict, "phases": dict,
+    "end_to_end_s": float,
 }
-EPOCH_KEYS = ("epoch", "train_loss", "test_loss", "test_accuracy", "samples_per_s", "epoch_time_s",
-              "step_time_p50_s", "step_time_p95_s", "comm_share")
+EPOCH_KEYS = ("epoch", "train_loss", "test_loss", "test_accuracy", "samples_per_s", "samples_per_s_median",
+              "epoch_time_s", "step_time_p50_s", "step_time_p95_s", "comm_share")
 FINAL_KEYS = ("test_accuracy", "test_loss", "wall_time_s")
 FILENAME = "results.json"
 
@@ -79,7 +80,8 @@ def write(output_dir: str | Path, doc: dict[str, Any]) -> Path:
 def write_json(path: Path, doc: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
-        json.dump(doc, f, indent=1)
+        # Standard JSON only: a NaN or Infinity here would be a number no run produced, and strict parsers refuse it.
+        json.dump(doc, f, indent=1, allow_nan=False)
     os.replace(f.name, path)
 
 

@@ -4,15 +4,35 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-from workload import data, results
-from workload.config import DATASETS, TrainConfig
+from workload import checkpoint, data, phases, results
+from workload.config import DATASETS, ConfigError, TrainConfig
 from workload.distributed import DistContext
 from workload.model import ConvNet
 from workload.trainer import History, Trainer
+
+T = TypeVar("T")
+
+
+def on_main(ctx: DistContext, work: Callable[[], T]) -> T | None:
+    """`work()` on rank 0 alone, its result there and None elsewhere.
+
+    A refusal on rank 0 (a user error) ends every rank, not only rank 0, so no peer waits forever in the
+    next collective. The all-reduce is also a barrier: no rank goes on before rank 0 is done.
+    """
+    result, refusal = None, None
+    failed = torch.zeros(1)
+    if ctx.is_main:
+        try:
+            result = work()
+        except (ConfigError, data.DataError) as error:
+            refusal, failed[0] = error, 1
+    if float(ctx.all_reduce(failed, "sum")[0]):
+        raise refusal or ConfigError("rank 0 refused the settings; its error says why")  # only rank 0 prints
+    return result
 
 
 def resolve_dataset(ctx: DistContext, cfg: TrainConfig) -> TrainConfig:
@@ -20,15 +40,22 @@ def resolve_dataset(ctx: DistContext, cfg: TrainConfig) -> TrainConfig:
 
     For launchers whose ranks start on their own (torchrun, horovodrun); Ray launchers resolve in the driver.
     """
-    choice = torch.zeros(1)
-    if ctx.is_main:
-        cfg = data.resolve(cfg)
-        choice[0] = DATASETS.index(cfg.dataset)
-    # Also a barrier: no rank looks for files before rank 0 has put them there.
+    resolved = on_main(ctx, lambda: data.resolve(cfg))
+    choice = torch.tensor([float(DATASETS.index(resolved.dataset)) if resolved else 0.0])  # one dtype on every rank
     choice = ctx.all_reduce(choice, "sum")
-    if not ctx.is_main:
-        cfg = data.resolve(replace(cfg, dataset=DATASETS[int(choice[0])]))
-    return cfg
+    if resolved:
+        return resolved
+    return data.resolve(replace(cfg, dataset=DATASETS[int(choice[0])]))
+
+
+def resume_state(cfg: TrainConfig) -> dict[str, Any] | None:
+    """The checkpoint in cfg.checkpoint_dir once it is known to carry on this run, or None when there is none."""
+    if not cfg.checkpoint_dir:
+        return None
+    state = checkpoint.load(cfg.checkpoint_dir)
+    if state:
+        checkpoint.check_resume(state, cfg, cfg.checkpoint_dir)
+    return state
 
 
 def build_model(cfg: TrainConfig, device: torch.device) -> ConvNet:
@@ -52,17 +79,26 @@ def train_and_report(
         # A results.json in the output folder must describe a finished run: never leave an older one behind.
         (Path(trainer.cfg.output_dir) / results.FILENAME).unlink(missing_ok=True)
     start = time.perf_counter()
+    assert history.last_epoch < trainer.cfg.epochs, "checkpoint.check_resume refuses a resume with nothing to train"
     history = trainer.fit(history, on_epoch_end)
-    if not history.epochs:
-        raise ValueError("nothing to train: the run had no epochs")
     extra = trainer.consistency()
     wall_time = time.perf_counter() - start
     if not trainer.ctx.is_main:
         return None
+    stamps = {"workers_started": phases.process_started(), "process_group_ready": trainer.ctx.ready_at,
+              **trainer.stamps}
+    trained = history.epochs[resumed_from:]
     doc = results.build(
         backend=backend, launcher=launcher, workers=trainer.ctx.world_size * len(trainer.loaders), cfg=trainer.cfg,
         history=history,
-        wall_time_s=wall_time, extra={"resumed_from_epoch": resumed_from, **extra},
+        wall_time_s=wall_time, extra={
+            "resumed_from_epoch": resumed_from, **extra, "timestamps": stamps,
+            # Provisional, from the command that started the workers; launchers that know better replace them.
+            "phases": phases.phases(stamps, phases.launcher_started(), time.time()),
+            "eval_time_s": sum(e["eval_time_s"] for e in trained),
+            "checkpoint_time_s": trainer.checkpoint_time_s,
+        },
     )
+    doc["end_to_end_s"] = doc["phases"]["launcher_returned"]
     results.write(trainer.cfg.output_dir, doc)
     return doc

@@ -2,6 +2,7 @@
 
 import hashlib
 import logging
+import math
 import resource
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,10 @@ class GradientSync(Protocol):
 
     def step(self) -> None:
         """Apply the averaged gradients."""
+
+
+class Diverged(RuntimeError):
+    """The loss became NaN or infinite: the run stops rather than report the figures of a broken model."""
 
 
 class LocalSync:
@@ -85,6 +90,10 @@ class Trainer:
     """Told of every finished step, so a rank stuck on a stalled peer ends instead of hanging."""
     fuse: bool = False
     """One forward over the concatenated micro-batches (BatchNorm then sees the whole global batch)."""
+    stamps: dict[str, float] = field(default_factory=dict)
+    """Wall-clock times of this run's first finished step and the end of training (see workload/phases.py)."""
+    checkpoint_time_s: float = 0.0
+    """Seconds spent in on_epoch_end (checkpoints) in this run."""
 
     def train_step(self, micro_batches: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, float]:
         """Forward and backward over each micro-batch, gradients averaged, one optimizer step.
@@ -119,7 +128,10 @@ class Trainer:
                     epoch, self.cfg.epochs, record["train_loss"], record["test_loss"],
                     100 * record["test_accuracy"], record["samples_per_s"],
                 )
+            start = time.perf_counter()
             on_epoch_end(epoch, history)
+            self.checkpoint_time_s += time.perf_counter() - start
+        self.stamps["training_done"] = time.time()
         return history
 
     def _train_epoch(self, epoch: int, steps: int, history: History) -> dict[str, Any]:
@@ -134,24 +146,28 @@ class Trainer:
             loss, sync_s = self.train_step(micro_batches)
             t2 = self._now()
             losses.append(loss)
-            times.append((t1 - t0, t2 - t1 - sync_s, sync_s))
+            # The samples this step really processed: a short last batch counts for what it holds.
+            times.append((t1 - t0, t2 - t1 - sync_s, sync_s, sum(len(y) for _, y in micro_batches)))
             if self.watchdog:
                 self.watchdog.kick()
+            self.stamps.setdefault("first_step_done", time.time())
             if step % self.cfg.log_every == 0 or step == steps:
                 # Outside the timed region: the allreduce and .item() are sync points.
                 mean_loss = float(self.ctx.average(loss.detach().cpu()))
+                self._check_finite(mean_loss, epoch, step)
                 if self.ctx.is_main:
                     log.info("Epoch [%d/%d], Step [%d/%d], Loss: %.4f", epoch, self.cfg.epochs, step, steps, mean_loss)
         epoch_time = time.perf_counter() - epoch_start
         # One collective for the whole epoch's losses and timings instead of one per step.
         step_losses = self.ctx.average(torch.stack(losses).cpu().double())
         all_times = self.ctx.gather_rows(torch.tensor(times, dtype=torch.float64))
+        # Every rank holds the same averaged losses, so every rank stops here together.
+        self._check_finite(float(step_losses.sum()), epoch, steps)
         eval_start = time.perf_counter()
         test_loss, test_accuracy = self.evaluate()
         if self.watchdog:
             self.watchdog.kick()
         history.step_losses.extend(step_losses.tolist())
-        global_batch = self.cfg.batch_size * len(self.loaders)
         return {
             "epoch": epoch,
             "train_loss": float(step_losses.mean()),
@@ -160,9 +176,14 @@ class Trainer:
             "epoch_time_s": epoch_time,
             "eval_time_s": time.perf_counter() - eval_start,
             "steps": steps,
-            "samples": steps * global_batch * self.ctx.world_size,
-            **epoch_timing(all_times, global_batch, self.cfg.warmup_steps),
+            "samples": int(all_times[..., 3].sum()),
+            **epoch_timing(all_times, self.cfg.warmup_steps),
         }
+
+    def _check_finite(self, loss: float, epoch: int, step: int) -> None:
+        if not math.isfinite(loss):
+            raise Diverged(f"training diverged: the loss became {loss} by epoch {epoch}, step {step} "
+                           f"(--lr {self.cfg.lr}, --momentum {self.cfg.momentum}); lower --lr, no results were written")
 
     @torch.no_grad()
     def evaluate(self) -> tuple[float, float]:

@@ -1,0 +1,100 @@
+"""What does Ray cost, and which backend is faster? The launcher arms side by side, repeated and interleaved.
+
+    make bench                                   # python -m ray_jobs.bench
+    python -m ray_jobs.bench --repeats 5 --epochs 3 --workers 2
+
+Runs native DDP on Ray and under torchrun, Horovod on Ray and under horovodrun, R rounds in a balanced order, and
+prints one table: Ray ÷ torchrun and Ray ÷ horovodrun for steady-state throughput and end-to-end wall time, and
+native ÷ Horovod, each with its 95 % interval and, beside it, its goal. Goals are printed, never asserted: the
+figures of one noisy 2-core machine inform, they do not gate. Everything lands in <output-dir>/<run-id>/ as for
+ray_jobs.compare (comparison.json, report.md, plots).
+
+Goals: Ray's own release benchmark (release/air_tests/air_benchmarks) gates Ray's training time at 1.15× vanilla,
+so Ray's steady-state throughput should be at least 1/1.15 of the vanilla launcher's; end to end, this project's
+goal is Ray at most 1.3× the vanilla launcher's wall time for the same 3-epoch, 2-worker job.
+"""
+
+import argparse
+import logging
+from typing import Any
+
+from ray_jobs import compare, launchers
+from workload import cli, preflight, report
+from workload.config import ConfigError
+
+log = logging.getLogger(__name__)
+STEADY_GOAL = 1 / 1.15
+"""Ray ÷ vanilla steady-state throughput at least this (training time at most 1.15× vanilla)."""
+END_TO_END_GOAL = 1.3
+"""Ray ÷ vanilla end-to-end wall time at most this."""
+
+
+def judge(estimate: dict[str, Any] | None, goal: float, higher_is_better: bool) -> str:
+    """`met` when the whole interval meets the goal, `missed` when the whole interval misses it, else `undecided`;
+    with one repeat (no interval) the point estimate decides, and the verdict says so."""
+    if not estimate:
+        return "no data"
+    low, high = estimate["ci95"] or (estimate["ratio"], estimate["ratio"])
+    good, bad = (low >= goal, high < goal) if higher_is_better else (high <= goal, low > goal)
+    verdict = "met" if good else "missed" if bad else "undecided"
+    return verdict if estimate["ci95"] else f"{verdict} (1 run, no interval)"
+
+
+def ratio_text(estimate: dict[str, Any] | None) -> str:
+    if not estimate:
+        return "—"
+    ci = estimate["ci95"]
+    return f"{estimate['ratio']:.2f}× ({ci[0]:.2f}–{ci[1]:.2f})" if ci else f"{estimate['ratio']:.2f}× (no interval)"
+
+
+def table(comparison: dict[str, Any]) -> str:
+    lines = []
+    for workers in comparison["settings"]["workers"]:
+        n = str(workers)
+        repeats = comparison["settings"]["repeats"]
+        lines += [f"{workers} worker(s), {repeats} round(s), {comparison['settings']['config']['epochs']} epoch(s); "
+                  "ratio (95 % CI)",
+                  f"{'comparison':<26} {'steady-state throughput':<26} {'end-to-end wall time':<26} goal and verdict"]
+        overhead = comparison["launcher_overhead"].get(n, {})
+        for backend, name in (("native", "Ray native ÷ torchrun"), ("horovod", "Ray Horovod ÷ horovodrun")):
+            section = overhead.get(backend, {})
+            steady, end_to_end = section.get("steady"), section.get("end_to_end")
+            lines.append(
+                f"{name:<26} {ratio_text(steady):<26} {ratio_text(end_to_end):<26} "
+                f"steady ≥ {STEADY_GOAL:.2f}: {judge(steady, STEADY_GOAL, True)}; "
+                f"end to end ≤ {END_TO_END_GOAL:.2f}: {judge(end_to_end, END_TO_END_GOAL, False)}"
+            )
+        answer = comparison["speed"].get(n)
+        lines.append(f"{'native ÷ Horovod (Ray)':<26} {ratio_text(answer):<26} {'—':<26} "
+                     f"no goal: {answer['sentence'] if answer else 'a backend did not finish'}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.bench",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", default="2", help="worker counts (default: 2)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of every arm, interleaved (default: 3)")
+    parser.add_argument("--output-dir", default="results/bench", help="runs go into <output-dir>/<run-id>/")
+    cli.add_config_flags(parser, exclude=("workers", "output_dir", "checkpoint_dir"), defaults={"epochs": 3})
+    args = parser.parse_args()
+    workers = compare.parse_workers(args.workers)
+    if args.repeats <= 0:
+        raise ConfigError(f"--repeats must be a positive integer, got {args.repeats}")
+    base = cli.config_from_args(args, workers=1, output_dir=".")
+    root = preflight.writable_dir(args.output_dir, "--output-dir")
+    run_dir = compare.compare(base, workers, list(compare.BACKENDS), root, parity_steps=50,
+                              tolerance=compare.DEFAULT_TOLERANCE, target_accuracy=0.95, repeats=args.repeats,
+                              launcher_names=list(launchers.LAUNCHERS), references=False)
+    report.render(run_dir)
+    comparison = report.load(run_dir)
+    log.info("\n%s\n\nruns, report and plots: %s", table(comparison), run_dir)
+    failed = [r for r in comparison["runs"] if r["status"] != "ok"]
+    if failed:
+        log.error("%d run(s) failed; see %s", len(failed), run_dir / "report.md")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main)

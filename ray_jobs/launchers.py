@@ -1,0 +1,111 @@
+"""The launchers, in one layer: each arm is one backend under one launcher, started the way a user starts it.
+
+- `ray`: native DDP through Ray Train's TorchTrainer, Horovod through horovod.ray.RayExecutor, from this driver
+  (already joined to the cluster, as a long-lived driver or notebook is).
+- `torchrun`: `torchrun --standalone --nproc-per-node N -m native_ddp.train`, the whole command.
+- `horovodrun`: `horovodrun -np N --gloo python -m horovod_ddp.train`, the whole command.
+- `local`: the single-process references (workload/reference.py).
+
+Every arm returns its results.json with `phases` and `end_to_end_s` measured from the moment the launch began.
+"""
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ray_jobs.cluster import RayRunOptions
+from workload import cli, phases, reference
+from workload.config import ConfigError, TrainConfig
+
+log = logging.getLogger(__name__)
+LAUNCHERS = ("ray", "torchrun", "horovodrun")
+VANILLA = {"native": "torchrun", "horovod": "horovodrun"}
+"""The launcher each backend ships with, the baseline Ray is measured against."""
+LOG = "launcher.log"
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    backend: str
+    launcher: str
+
+    @property
+    def label(self) -> str:
+        """`native`, `horovod` (on Ray), `native/torchrun`, `horovod/horovodrun`, or a reference's name."""
+        return self.backend if self.launcher in ("ray", "local") else f"{self.backend}/{self.launcher}"
+
+
+def parse_launchers(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in LAUNCHERS]
+    if unknown or not names or len(set(names)) != len(names):
+        raise ConfigError(f"--launchers takes distinct names from {', '.join(LAUNCHERS)}, got {text!r}")
+    return names
+
+
+def arms(backends: list[str], launchers: list[str]) -> list[Arm]:
+    """Every backend on Ray, and each backend under its own launcher where that launcher was asked for."""
+    return [Arm(backend, launcher) for launcher in launchers for backend in backends
+            if launcher == "ray" or VANILLA[backend] == launcher]
+
+
+def check_available(launchers: list[str], backends: list[str]) -> None:
+    """Refuse, before anything starts, a launcher that cannot run here or has no backend to run."""
+    for launcher in launchers:
+        if launcher == "ray":
+            continue
+        if not any(VANILLA[b] == launcher for b in backends):
+            raise ConfigError(f"--launchers {launcher} runs {next(b for b, l in VANILLA.items() if l == launcher)}, "
+                              f"which --backends leaves out; add it or drop {launcher}")
+        if _executable(launcher) is None:
+            raise ConfigError(f"--launchers {launcher}: `{launcher}` is not on PATH here; run `make install` and "
+                              f"activate .venv, or leave {launcher} out")
+
+
+def run(arm: Arm, cfg: TrainConfig) -> dict[str, Any]:
+    """Run one arm into cfg.output_dir; its results.json, with phases from this call's start."""
+    start = time.time()
+    if arm.launcher == "local":
+        reference.train(cfg, mode=arm.backend)
+    elif arm.launcher == "ray":
+        from ray_jobs.train import BACKENDS
+
+        BACKENDS[arm.backend](cfg, RayRunOptions())
+    else:
+        _run_command(arm, cfg)
+    return phases.finish(cfg.output_dir, start)
+
+
+def command(arm: Arm, cfg: TrainConfig) -> list[str]:
+    flags = cli.config_to_args(cfg, exclude=("workers",))
+    if arm.launcher == "torchrun":
+        # --standalone: a private rendezvous on a free port, so runs never collide on torchrun's default 29500.
+        return [_executable("torchrun"), "--standalone", "--nproc-per-node", str(cfg.workers),
+                "-m", "native_ddp.train", *flags]
+    return [_executable("horovodrun"), "-np", str(cfg.workers), "--gloo", sys.executable, "-m", "horovod_ddp.train",
+            *flags]
+
+
+def _run_command(arm: Arm, cfg: TrainConfig) -> None:
+    """The command a user would type, its output kept in <output-dir>/launcher.log rather than mixed into ours."""
+    Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+    log_path = Path(cfg.output_dir) / LOG
+    with log_path.open("w") as out:
+        done = subprocess.run(command(arm, cfg), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if done.returncode:
+        lines = [line for line in log_path.read_text(errors="replace").splitlines() if "error" in line.lower()]
+        raise RuntimeError(f"{arm.launcher} exited with {done.returncode}: "
+                           f"{(lines or ['no error line'])[0].strip()[:300]} (see {log_path})")
+
+
+def _executable(name: str) -> str | None:
+    """This environment's copy first (the venv's bin next to this Python), then PATH."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else shutil.which(name)

@@ -1,0 +1,248 @@
+"""Right or refused: every bad input is one `error:` line and exit code 2, within seconds, before any training,
+data generation or Ray start, and nothing is created. One table per entry point.
+
+The tables call each entry point's real `main` through `cli.run` in this process (a subprocess would spend
+~2 s importing torch for every row); the tests at the end run the real launchers (torchrun, horovodrun) once.
+"""
+
+import http.server
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torchvision.datasets import MNIST
+
+import horovod_ddp.train
+import native_ddp.train
+import ray_jobs.compare
+import ray_jobs.train
+from ray_jobs import launchers
+from tests.conftest import BIN, free_port, run_command, run_module
+from workload import checkpoint, cli
+from workload.config import TrainConfig
+from workload.model import ConvNet
+from workload.trainer import History
+
+ENTRY_POINTS = {
+    "ray_jobs.train": ray_jobs.train.main,
+    "ray_jobs.compare": ray_jobs.compare.main,
+    "horovod_ddp.train": horovod_ddp.train.main,
+    "native_ddp.train": native_ddp.train.main,  # as torchrun starts it (LOCAL_RANK set)
+}
+SECONDS = 10  # a refusal is immediate; the bound catches one that trains or waits first
+SYNTHETIC = ["--dataset", "synthetic"]
+
+
+def write_checkpoint(directory: Path, epochs: int = 2, **settings) -> None:
+    cfg = TrainConfig(dataset="synthetic", epochs=epochs, **settings)
+    model = ConvNet()
+    history = History(step_losses=[2.3] * epochs, epochs=[{"epoch": e} for e in range(1, epochs + 1)])
+    checkpoint.save(directory, model, torch.optim.SGD(model.parameters(), lr=cfg.lr), history, cfg)
+
+
+def write_file(path: Path, content: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+
+
+SETUPS = {
+    "checkpoint": lambda ws: write_checkpoint(ws / "ckpt"),
+    "garbage-checkpoint": lambda ws: write_file(ws / "ckpt" / checkpoint.FILENAME, b"\x80garbage, not torch.save"),
+    "corrupt-comparison": lambda ws: write_file(ws / "run" / "comparison.json", b'{"run_id": "x", "settings": {'),
+    "empty-comparison": lambda ws: write_file(ws / "run" / "comparison.json", b"{}"),
+    "binary-comparison": lambda ws: write_file(ws / "run" / "comparison.json", b"\xff\xfe\x00garbage"),
+}
+
+
+class NotRay(http.server.BaseHTTPRequestHandler):
+    """Something other than Ray on the port RAY_ADDRESS names: a plain HTTP/1 server."""
+
+    def do_GET(self) -> None:
+        self.send_error(404)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def not_ray():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotRay)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    """A workspace: a plain file to trip over, an empty working directory, no Ray address, offline MNIST."""
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "0")  # native_ddp.train as torchrun starts it
+    monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])  # fails at once, as offline
+    return tmp_path
+
+
+def tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def assert_refused(entry: str, argv: list[str], needle: str, ws: Path, monkeypatch, capsys) -> str:
+    monkeypatch.setattr(sys, "argv", [entry, *argv])
+    before = tree(ws)
+    start = time.monotonic()
+    with pytest.raises(SystemExit) as exited:
+        cli.run(ENTRY_POINTS[entry])
+    elapsed = time.monotonic() - start
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert exited.value.code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    assert needle in lines[0], lines[0]
+    assert tree(ws) == before, "a refused run created files"
+    assert elapsed < SECONDS
+    return lines[0]
+
+
+def case(entry, argv, needle, setup=None, env=None):
+    return pytest.param(entry, argv, needle, setup, env, id=f"{entry}:{' '.join(argv)[:60]}:{setup or ''}")
+
+
+TABLE = [
+    # Non-finite numbers: NaN passes every comparison, inf trains to NaN.
+    case("ray_jobs.train", ["--lr", "inf"], "--lr must be a finite number, got inf"),
+    case("ray_jobs.train", ["--lr", "nan"], "--lr must be a finite number, got nan"),
+    case("ray_jobs.train", ["--momentum", "nan"], "--momentum must be a finite number"),
+    case("ray_jobs.train", ["--stall-timeout-s", "nan"], "--stall-timeout-s must be a finite number"),
+    case("ray_jobs.train", ["--stall-timeout-s", "inf"], "--stall-timeout-s must be a finite number"),
+    case("ray_jobs.train", ["--lr", "fast"], "invalid float value: 'fast'"),
+    case("ray_jobs.train", ["--max-failures", "-1"], "--max-failures must be >= 0"),
+    case("ray_jobs.train", ["--compression", "fp16"], "are Horovod options; use --backend horovod"),
+    # Paths: checked before training, not at the end of it.
+    case("ray_jobs.train", ["--output-dir", "{ws}/a-file"], "is a file, not a folder"),
+    case("ray_jobs.train", ["--output-dir", "{ws}/a-file/out"], "cannot be a folder"),
+    case("ray_jobs.train", ["--data-dir", "{ws}/a-file"], "--data-dir"),
+    case("ray_jobs.train", ["--checkpoint-dir", "{ws}/a-file"], "--checkpoint-dir"),
+    case("ray_jobs.train", ["--storage-path", "{ws}/a-file"], "--storage-path"),
+    case("ray_jobs.train", ["--name", "n" * 300], "--name is 300 bytes long"),
+    case("ray_jobs.train", ["--name", "a/b"], "must be a plain folder name"),
+    case("ray_jobs.train", ["--output-dir", "{ws}/" + "o" * 300], "a path component is 300 bytes"),
+    # Epochs too short to time: refused, never a silent fallback to timing the warm-up.
+    case("ray_jobs.train", [*SYNTHETIC, "--batch-size", "5000", "--synthetic-train-size", "2000"],
+         "an epoch is 1 step(s)"),
+    case("ray_jobs.train", [*SYNTHETIC, "--synthetic-train-size", "5"], "leaves no step after --warmup-steps 5"),
+    case("ray_jobs.train", [*SYNTHETIC, "--max-steps-per-epoch", "3"], "--max-steps-per-epoch 3"),
+    # Checkpoints: not ours, or not this run's.
+    case("ray_jobs.train", [*SYNTHETIC, "--checkpoint-dir", "{ws}/ckpt", "--epochs", "3"],
+         "is not a readable checkpoint", "garbage-checkpoint"),
+    case("ray_jobs.train", [*SYNTHETIC, "--checkpoint-dir", "{ws}/ckpt", "--epochs", "3", "--lr", "5.0"],
+         "--lr 0.01 -> 5.0", "checkpoint"),
+    case("ray_jobs.train", [*SYNTHETIC, "--checkpoint-dir", "{ws}/ckpt", "--epochs", "3", "--batch-size", "50"],
+         "--batch-size 100 -> 50", "checkpoint"),
+    case("ray_jobs.train", [*SYNTHETIC, "--checkpoint-dir", "{ws}/ckpt", "--epochs", "1"],
+         "has already trained 2 epoch(s)", "checkpoint"),
+    case("ray_jobs.train", ["--backend", "horovod", *SYNTHETIC, "--checkpoint-dir", "{ws}/ckpt", "--epochs", "3",
+                            "--seed", "4"], "--seed 0 -> 4", "checkpoint"),
+    # Data and cluster.
+    case("ray_jobs.train", ["--dataset", "mnist", "--data-dir", "{ws}/mnist"], "could not be downloaded"),
+    case("ray_jobs.train", SYNTHETIC, "answers, but not as a Ray cluster", env="not-ray"),
+    case("ray_jobs.train", SYNTHETIC, "cannot reach the Ray cluster", env="closed-port"),
+
+    case("ray_jobs.compare", ["--checkpoint-dir", "{ws}/ckpt"], "unrecognized arguments: --checkpoint-dir"),
+    case("ray_jobs.compare", ["--backends", "native", "--compression", "fp16"], "use --backends horovod"),
+    case("ray_jobs.compare", ["--tolerance", "nan"], "--tolerance must be a finite number >= 0"),
+    case("ray_jobs.compare", ["--tolerance", "-1"], "--tolerance must be a finite number >= 0"),
+    case("ray_jobs.compare", ["--parity-steps", "0"], "--parity-steps must be a positive integer"),
+    case("ray_jobs.compare", ["--target-accuracy", "1.5"], "--target-accuracy must be in (0, 1]"),
+    case("ray_jobs.compare", ["--lr", "inf"], "--lr must be a finite number"),
+    case("ray_jobs.compare", ["--output-dir", "{ws}/a-file"], "is a file, not a folder"),
+    case("ray_jobs.compare", ["--output-dir", "{ws}/a-file/results"], "cannot be a folder"),
+    case("ray_jobs.compare", [*SYNTHETIC, "--output-dir", "{ws}/results", "--synthetic-train-size", "2000",
+                              "--batch-size", "500"], "--workers 2"),
+    case("ray_jobs.compare", ["--output-dir", "{ws}/results"], "answers, but not as a Ray cluster", env="not-ray"),
+    case("ray_jobs.compare", ["--repeats", "0"], "--repeats must be a positive integer"),
+    case("ray_jobs.compare", ["--launchers", "slurm"], "--launchers takes distinct names"),
+    case("ray_jobs.compare", ["--launchers", "ray,horovodrun"], "`horovodrun` is not on PATH", env="no-horovodrun"),
+    case("ray_jobs.compare", ["--launchers", "torchrun", "--backends", "horovod"], "which --backends leaves out"),
+    case("ray_jobs.compare", ["--render", "{ws}/nowhere"], "does not exist"),
+    case("ray_jobs.compare", ["--render", "{ws}/run"], "cannot be read as JSON", "corrupt-comparison"),
+    case("ray_jobs.compare", ["--render", "{ws}/run"], "cannot be read as JSON", "binary-comparison"),
+    case("ray_jobs.compare", ["--render", "{ws}/run"], "is not a comparison (it lacks schema_version, run_id", "empty-comparison"),
+
+    case("horovod_ddp.train", ["--lr", "inf"], "--lr must be a finite number"),
+    case("horovod_ddp.train", ["--output-dir", "{ws}/a-file"], "is a file, not a folder"),
+    case("horovod_ddp.train", [*SYNTHETIC, "--synthetic-train-size", "5"], "leaves no step after --warmup-steps"),
+    case("horovod_ddp.train", ["--backward-passes-per-step", "3"], "must be divisible by --backward-passes-per-step"),
+
+    case("native_ddp.train", ["--stall-timeout-s", "nan"], "--stall-timeout-s must be a finite number"),
+    case("native_ddp.train", ["--compression", "fp16"], "are Horovod options"),
+    case("native_ddp.train", ["--checkpoint-dir", "{ws}/a-file"], "--checkpoint-dir"),
+    case("native_ddp.train", [*SYNTHETIC, "--batch-size", "5000", "--synthetic-train-size", "2000"],
+         "an epoch is 1 step(s)"),
+]
+
+
+@pytest.mark.parametrize("entry, argv, needle, setup, env", TABLE)
+def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, needle, setup, env, ws, monkeypatch,
+                                                                  capsys, request):
+    if setup:
+        SETUPS[setup](ws)
+    if env == "not-ray":
+        monkeypatch.setenv("RAY_ADDRESS", request.getfixturevalue("not_ray"))
+    elif env == "closed-port":
+        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")
+    elif env == "no-horovodrun":
+        monkeypatch.setattr(launchers, "_executable", lambda name: None)
+    argv = [arg.replace("{ws}", str(ws)) for arg in argv]
+    if entry != "ray_jobs.compare" or "--render" not in argv:
+        argv += ["--data-dir", str(ws / "data")] if "--data-dir" not in argv else []
+    assert_refused(entry, argv, needle, ws, monkeypatch, capsys)
+
+
+def assert_refused_once_under(result, needle: str) -> None:
+    """Under a launcher: our line exactly once (rank 0's), and no traceback through our code. The launcher's own
+    traceback after it (torchrun, horovodrun) is theirs; the README says so."""
+    output = result.stdout + result.stderr
+    errors = [line for line in output.splitlines() if "error: " in line and "ChildFailedError" not in line]
+    assert result.returncode != 0
+    assert len(errors) == 1 and needle in errors[0], output[-3000:]
+    ours = [line for line in output.splitlines() if line.strip().startswith("File ")
+            and any(f"/{package}/" in line for package in ("workload", "native_ddp", "horovod_ddp", "ray_jobs"))]
+    assert not ours, output[-3000:]
+
+
+@pytest.mark.cluster
+def test_under_torchrun_a_bad_flag_is_one_line(tmp_path):
+    result = run_command([str(BIN / "torchrun"), "--nproc-per-node", "2", "-m", "native_ddp.train", "--lr", "inf",
+                          "--output-dir", str(tmp_path / "out")], timeout=120)
+    assert_refused_once_under(result, "--lr must be a finite number")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.cluster
+def test_under_horovodrun_a_refusal_after_start_ends_every_rank_in_one_line(tmp_path):
+    # 1000 digits over 2 ranks is 5 steps, no more than the warm-up: known only once horovodrun has said 2.
+    start = time.monotonic()
+    result = run_module("horovod_ddp.train", *SYNTHETIC, "--synthetic-train-size", "1000", "--data-dir",
+                        str(tmp_path / "data"), "--output-dir", str(tmp_path / "out"),
+                        launcher=(str(BIN / "horovodrun"), "-np", "2", "--gloo"), timeout=120)
+    assert time.monotonic() - start < 60
+    assert_refused_once_under(result, "an epoch is 5 step(s)")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "data").exists()
+
+
+@pytest.mark.cluster
+def test_under_horovodrun_a_checkpoint_of_another_run_is_refused_by_every_rank(tmp_path):
+    write_checkpoint(tmp_path / "ckpt", workers=2)
+    result = run_module("horovod_ddp.train", *SYNTHETIC, "--synthetic-train-size", "2000", "--data-dir",
+                        str(tmp_path / "data"), "--output-dir", str(tmp_path / "out"), "--checkpoint-dir",
+                        str(tmp_path / "ckpt"), "--epochs", "3", "--lr", "0.5",
+                        launcher=(str(BIN / "horovodrun"), "-np", "2", "--gloo"), timeout=120)
+    assert_refused_once_under(result, "--lr 0.01 -> 0.5")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "data").exists()

@@ -1,0 +1,216 @@
+"""The report rendered from a comparison.json alone: one row per arm, medians over repeats, the speed verdict, the
+launcher and phase tables, failed runs, plots; and one-line errors for damaged input. No cluster: the runs are made
+up here, with numbers chosen so that every median below can be checked by hand."""
+
+import copy
+import json
+
+import pytest
+
+from workload import report, speed
+from workload.config import ConfigError
+
+ARMS = ("native", "horovod", "native/torchrun", "horovod/horovodrun")
+# Steady samples/s per (arm, workers), one value per round.
+STEADY = {
+    ("native", 1): [1500.0, 1400.0, 1600.0],
+    ("horovod", 1): [1450.0, 1500.0, 1550.0],
+    ("native/torchrun", 1): [1520.0, 1480.0, 1610.0],
+    ("horovod/horovodrun", 1): [1470.0, 1490.0, 1560.0],
+    ("native", 2): [2800.0, 2750.0, 2900.0],
+    ("horovod", 2): [2700.0, 2790.0, 2810.0],
+    ("native/torchrun", 2): [2850.0, 2820.0, 2950.0],
+    ("horovod/horovodrun", 2): [2600.0, None, 2700.0],  # round 1 (0-based) failed
+}
+# Seconds from launcher start to workers started; the later phases follow at fixed gaps.
+STARTED = {"native": [9.1, 8.0, 10.0], "horovod": [7.0, 7.5, 6.5]}
+GAPS = (4.9, 4.2, 5.8, 7.5)  # -> process group ready, first step done, training done, launcher returned
+
+
+def phases(started: float) -> dict[str, float]:
+    out, at = {"workers_started": started}, started
+    for name, gap in zip(list(report.PHASES)[1:], GAPS):
+        at = out[name] = round(at + gap, 6)
+    return out
+
+
+def epoch(n: int, accuracy: float, rate: float, workers: int) -> dict:
+    return {"epoch": n, "train_loss": 0.5 / n, "test_loss": 0.4 / n, "test_accuracy": accuracy,
+            "samples_per_s": rate * 0.95, "samples_per_s_median": rate, "samples_per_s_per_worker": rate / workers,
+            "samples_per_s_per_worker_ci95": 12.0, "epoch_time_s": 6.0, "eval_time_s": 0.4,
+            "step_time_p50_s": 0.035, "step_time_p95_s": 0.052, "comm_share": 0.21, "data_share": 0.05,
+            "measured_steps": 25, "steps": 30, "samples": 6000}
+
+
+def run(arm: str, workers: int, round_: int, steady: float | None, started: float = 1.0) -> dict:
+    """One run record as the orchestrator writes it; `steady` None makes it a failed run."""
+    backend, _, launcher = arm.partition("/")
+    launcher = launcher or ("local" if backend in ("reference", "global-batch") else "ray")
+    record = {"arm": arm, "backend": backend, "launcher": launcher, "workers": workers, "round": round_}
+    if steady is None:
+        return {**record, "status": "failed", "error": "RuntimeError: horovodrun exited with code 1"}
+    ph = phases(started)
+    return {
+        **record, "status": "ok", "error": None,
+        "results": f"{arm.replace('/', '-')}-{workers}w-r{round_}/results.json",
+        "epochs": [epoch(1, 0.93, steady, workers), epoch(2, 0.97, steady, workers)],
+        "final": {"test_accuracy": 0.97, "test_loss": 0.2, "wall_time_s": 14.0},
+        "step_losses": [2.3 / (1 + 0.1 * i) for i in range(60)], "peak_rss_mb_per_worker": [410.0, 432.0][:workers],
+        "parameters_identical_across_ranks": True, "buffers_identical_across_ranks": backend != "horovod",
+        speed.METRIC: steady, "end_to_end_s": ph["launcher_returned"], "phases": ph,
+        "eval_time_s": 0.8, "checkpoint_time_s": 0.3 if launcher == "ray" else 0.0,
+    }
+
+
+def comparison(repeats: int = 3, steady: dict | None = None) -> dict:
+    steady = STEADY if steady is None else steady
+    runs = []
+    for workers in (1, 2):
+        runs.append(run("reference", workers, 0, 900.0 * workers))
+        if workers > 1:
+            runs.append(run("global-batch", workers, 0, 1900.0))
+        for round_ in range(repeats):
+            for arm in ARMS if round_ % 2 == 0 else reversed(ARMS):  # A B B A, as the orchestrator runs them
+                started = STARTED[arm.split("/")[0]][round_] + (0.0 if "/" in arm else 3.0)
+                runs.append(run(arm, workers, round_, steady[arm, workers][round_], started))
+    launchers = ["ray", "torchrun", "horovodrun"]
+    return {
+        "schema_version": 2, "run_id": "20261122-053000",
+        "settings": {"config": {"epochs": 2, "batch_size": 100, "lr": 0.01, "momentum": 0.5, "seed": 42,
+                                "dataset": "synthetic", "threads_per_worker": 1, "warmup_steps": 5},
+                     "workers": [1, 2], "backends": ["native", "horovod"], "launchers": launchers,
+                     "repeats": repeats, "parity_steps": 50, "tolerance": 1e-4, "target_accuracy": 0.95,
+                     "speed_metric": speed.METRIC},
+        "environment": {"python": "3.12.3", "torch": "2.15.0", "torchvision": "0.29.2", "ray": "2.60.0",
+                        "horovod": "0.28.1", "cpu": "Test CPU", "cpu_count": 2, "gpu": None, "hostname": "box"},
+        "wall_time_s": 300.0,
+        "runs": runs,
+        "not_applicable": [{"backend": "dataparallel", "workers": 2, "reason": "DataParallel needs 2 GPUs"}],
+        "parity": {str(n): {"steps": 50, "tolerance": 1e-4, "verdict": "PASS", "why": None,
+                            "max_abs_step_loss_difference": {"native vs horovod": 0.0},
+                            "informational": {"reference vs global-batch": 0.012}} for n in (1, 2)},
+        "speed": {str(n): answer for n in (1, 2) if (answer := speed.speed(runs, n, launchers))},
+        "launcher_overhead": {str(n): speed.launcher_overhead(runs, n) for n in (1, 2)},
+    }
+
+
+def write(tmp_path, doc: dict):
+    (tmp_path / report.COMPARISON).write_text(json.dumps(doc))
+    return tmp_path
+
+
+def section(markdown: str, workers: int) -> str:
+    return markdown.split(f"## {workers} worker(s)\n")[1].split("\n## ")[0]
+
+
+def table_after(text: str, header_start: str) -> list[list[str]]:
+    """The cells of each body row of the first table whose header starts with `header_start`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    body = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        body.append([cell.strip() for cell in line.strip("|").split("|")])
+    return body
+
+
+def test_a_comparison_with_repeats_renders_medians_verdicts_and_plots(tmp_path):
+    doc = comparison()
+    doc["launcher_overhead"]["2"] = {  # hand-written figures, as in the schema, so the rendering is checked exactly
+        "native": {"vanilla": "torchrun", "steady": {"ratio": 0.98, "ci95": [0.9, 1.05], "repeats": 3},
+                   "end_to_end": {"ratio": 1.9, "ci95": [1.7, 2.1], "repeats": 3}},
+        "horovod": {"vanilla": "horovodrun", "steady": {"ratio": 1.01, "ci95": None, "repeats": 1},
+                    "end_to_end": {"ratio": 1.4, "ci95": [1.2, 1.6], "repeats": 2}}}
+    markdown = report.render(write(tmp_path, doc))
+    assert (tmp_path / "report.md").read_text() == markdown
+    two = section(markdown, 2)
+
+    assert f"**Speed: {doc['speed']['2']['sentence']}**" in two
+    assert doc["speed"]["2"]["repeats"] == 3 and "3 repeats)" in two.split("**Speed:")[1].split("\n\n")[1]
+    assert "steady-state throughput" in markdown and "paired t interval on the log ratios" in markdown
+
+    main = table_after(two, "| arm | final train loss")
+    assert [r[0] for r in main] == ["reference", "global-batch", "native", "horovod", "native/torchrun",
+                                    "horovod/horovodrun"]
+    by_arm = {r[0]: r for r in main}
+    assert by_arm["native"][4] == "2800 (2750–2900, n=3)"  # median of 2800, 2750, 2900
+    assert by_arm["horovod"][4] == "2790 (2700–2810, n=3)"
+    assert by_arm["horovod/horovodrun"][4] == "2650 (2600–2700, n=2)"  # the failed round is left out
+    assert by_arm["reference"][4] == "1800 (n=1)"
+    assert by_arm["native"][-2] == "93%"  # 2800 / (2 × 1500)
+    assert by_arm["reference"][-2] == "—"
+    assert by_arm["native"][9] == "12.0 s"  # two 6 s epochs until 97 % ≥ 95 %
+    assert by_arm["horovod"][-1] == "no" and by_arm["native"][-1] == "yes"
+
+    assert ("| native | torchrun | 0.980 (95 % CI 0.900–1.050, 3 repeats) "
+            "| 1.900 (95 % CI 1.700–2.100, 3 repeats) |") in two
+    assert "| horovod | horovodrun | 1.010, no interval (1 repeat) | 1.400 (95 % CI 1.200–1.600, 2 repeats) |" in two
+
+    ph = {r[0]: r for r in table_after(two, "| arm | runs |")}
+    # native under Ray started at 9.1+3, 8.0+3, 10.0+3: median 12.1, then the fixed gaps.
+    assert ph["native"] == ["native", "3", "12.1 s", "17.0 s", "21.2 s", "27.0 s", "34.5 s", "0.80 s", "0.30 s"]
+    assert ph["horovod/horovodrun"][:3] == ["horovod/horovodrun", "2", "6.8 s"]  # median of 7.0 and 6.5
+    assert by_arm["native"][5] == "34.5 s"  # end to end, the median of the last phase
+
+    assert "- horovod/horovodrun with 2 worker(s), round 2 of 3: RuntimeError: horovodrun exited" in markdown
+    assert "**Parity: PASS**" in two and "DataParallel needs 2 GPUs" in markdown
+    assert "`overhead.png`" in markdown.split("Plots:")[1]
+    for png in ("loss.png", "throughput.png", "overhead.png"):
+        assert (tmp_path / png).read_bytes().startswith(b"\x89PNG")
+
+
+def test_one_repeat_renders_no_interval_and_a_missing_verdict_says_why(tmp_path):
+    steady = {key: values[:1] for key, values in STEADY.items()}
+    steady["horovod", 2] = [None]  # Horovod on Ray failed at 2 workers: no pair, no verdict there
+    markdown = report.render(write(tmp_path, comparison(repeats=1, steady=steady)))
+    one, two = section(markdown, 1), section(markdown, 2)
+    assert "**Speed: one repeat gives no interval, so no verdict" in one
+    assert "no interval (1 repeat)" in one
+    assert "**Speed: no verdict** — no round in which both native and horovod finished (native finished 1 of 1 " \
+           "run(s); horovod finished 0 of 1 run(s)" in two
+    assert [r[0] for r in table_after(two, "| arm | final train loss")] == [
+        "reference", "global-batch", "native", "native/torchrun", "horovod/horovodrun"]
+    assert "- horovod with 2 worker(s), round 1 of 1: RuntimeError" in markdown
+    for png in ("loss.png", "throughput.png", "overhead.png"):
+        assert (tmp_path / png).read_bytes().startswith(b"\x89PNG")
+
+
+def damaged_runs():
+    doc = comparison(repeats=1, steady={key: values[:1] for key, values in STEADY.items()})
+    del doc["runs"][3]["arm"]
+    return doc
+
+
+def damaged_epochs():
+    doc = comparison(repeats=1, steady={key: values[:1] for key, values in STEADY.items()})
+    doc["runs"][2]["epochs"] = []
+    return doc
+
+
+@pytest.mark.parametrize("make, needle", [
+    (damaged_runs, "is damaged or from another version (KeyError: 'arm')"),
+    (damaged_epochs, "is damaged or from another version (IndexError"),
+    (lambda: {**damaged_runs(), "schema_version": 1}, "has schema version 1, this renderer reads 2"),
+    (lambda: {k: v for k, v in damaged_runs().items() if k != "runs"}, "is not a comparison (it lacks runs)"),
+])
+def test_a_damaged_comparison_is_a_one_line_config_error(tmp_path, make, needle):
+    with pytest.raises(ConfigError) as caught:
+        report.render(write(tmp_path, make()))
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_missing_comparison_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        report.render(tmp_path)
+
+
+def test_a_worker_count_where_every_run_failed_still_renders(tmp_path):
+    steady = {key: (values[:1] if key[1] == 1 else [None]) for key, values in STEADY.items()}
+    doc = comparison(repeats=1, steady=steady)
+    doc["runs"] = [r for r in doc["runs"] if r["workers"] == 1 or r["backend"] in ("native", "horovod")]
+    markdown = report.render(write(tmp_path, doc))
+    two = section(markdown, 2)
+    assert "**Speed: no verdict**" in two and "No run finished at this worker count" in two
+    assert "- native/torchrun with 2 worker(s), round 1 of 1: RuntimeError" in markdown
+    assert (tmp_path / "overhead.png").read_bytes().startswith(b"\x89PNG")

@@ -1,0 +1,125 @@
+"""Known input, known interval, known verdict: the statistics behind every speed claim in the report."""
+
+import math
+
+import pytest
+
+from workload.stats import (
+    RatioEstimate, balanced_order, paired_ratio, speed_sentence, speed_verdict, spread, t_quantile,
+)
+
+
+@pytest.mark.parametrize(
+    ("df", "expected"), [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045), (10**5, 1.960)],
+)
+def test_t_quantile_matches_the_printed_tables(df, expected):
+    assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-3)
+
+
+def test_t_quantile_other_levels_and_symmetry():
+    assert t_quantile(0.95, 10) == pytest.approx(1.812, abs=1e-3)
+    assert t_quantile(0.9995, 1) == pytest.approx(636.619, abs=1e-3)  # far tail: bracket must widen a lot
+    assert t_quantile(0.025, 4) == -t_quantile(0.975, 4)
+    assert t_quantile(0.5, 3) == 0.0
+
+
+@pytest.mark.parametrize(("p", "df"), [(0.0, 3), (1.0, 3), (0.975, 0)])
+def test_t_quantile_rejects_bad_arguments(p, df):
+    with pytest.raises(ValueError):
+        t_quantile(p, df)
+
+
+def test_identical_ratios_give_a_zero_width_interval_and_a_native_win():
+    est = paired_ratio([110, 121, 99], [100, 110, 90])
+    assert est.n == 3
+    assert est.ratios == pytest.approx((1.1, 1.1, 1.1), abs=1e-15)
+    assert est.ratio == pytest.approx(1.1, abs=1e-12)
+    assert est.ci95 is not None
+    assert est.ci95 == pytest.approx((1.1, 1.1), abs=1e-12)  # sd is 0, so the t factor does not matter
+    assert speed_verdict(est) == "native faster"
+    assert speed_sentence(est) == "native is 10.0 % faster (95 % CI 10.0–10.0 %)"
+
+
+def test_interval_by_hand_for_three_pairs_contains_one():
+    logs = [0.10, -0.05, 0.01]
+    est = paired_ratio([100 * math.exp(x) for x in logs], [100, 100, 100])
+    # By hand: mean 0.02; deviations 0.08, -0.07, -0.01; sum of squares 0.0114; sd = sqrt(0.0114 / 2).
+    half = 4.303 * math.sqrt(0.0057) / math.sqrt(3)  # t_{0.975, 2} = 4.303
+    assert est.ratio == pytest.approx(math.exp(0.02), abs=1e-12)
+    assert est.ci95 is not None
+    assert est.ci95 == pytest.approx((math.exp(0.02 - half), math.exp(0.02 + half)), abs=1e-4)
+    assert est.ci95[0] == pytest.approx(0.8457, abs=1e-4) and est.ci95[1] == pytest.approx(1.2307, abs=1e-4)
+    assert speed_verdict(est) == "no detectable difference"
+    assert speed_sentence(est) == (
+        "no difference detectable at this noise level (native vs Horovod: 95 % CI \u221215.4 – +23.1 %)"
+    )
+
+
+def test_horovod_win_is_stated_from_horovods_side():
+    a, b = [90, 92, 88, 91], [100, 100, 100, 100]
+    est = paired_ratio(a, b)
+    r = math.exp(sum(math.log(x / 100) for x in a) / 4)
+    assert est.ratio == pytest.approx(r, abs=1e-12)
+    assert est.ci95 is not None and est.ci95[1] < 1
+    assert speed_verdict(est) == "horovod faster"
+    assert speed_sentence(est).startswith(f"Horovod is {100 * (1 / r - 1):.1f} % faster (95 % CI ")
+    # Round numbers: 1/0.8 = 1.25, and the interval's ends swap when inverted (1/0.9, 1/0.75).
+    made = RatioEstimate(ratio=0.8, ci95=(0.75, 0.9), n=3, ratios=(0.8, 0.8, 0.8))
+    assert speed_sentence(made) == "Horovod is 25.0 % faster (95 % CI 11.1–33.3 %)"
+
+
+def test_native_win_sentence_and_display_names():
+    est = RatioEstimate(ratio=1.1, ci95=(1.05, 1.2), n=3, ratios=(1.1, 1.1, 1.1))
+    assert speed_sentence(est) == "native is 10.0 % faster (95 % CI 5.0–20.0 %)"
+    assert speed_verdict(est, "ddp", "hvd") == "ddp faster"
+    assert speed_sentence(est, "ddp", "hvd", display={"ddp": "PyTorch DDP"}) == (
+        "PyTorch DDP is 10.0 % faster (95 % CI 5.0–20.0 %)"
+    )
+
+
+def test_interval_touching_one_is_no_verdict():
+    est = RatioEstimate(ratio=1.02, ci95=(1.0, 1.04), n=2, ratios=(1.0, 1.04))
+    assert speed_verdict(est) == "no detectable difference"
+
+
+def test_single_repeat_gives_no_interval_and_asks_for_more():
+    est = paired_ratio([111], [100])
+    assert est.ci95 is None and est.n == 1
+    assert est.ratio == pytest.approx(1.11, abs=1e-12)
+    assert speed_verdict(est) == "no detectable difference"
+    sentence = speed_sentence(est)
+    assert "--repeats" in sentence and "+11.0 %" in sentence
+
+
+def test_other_confidence_is_named_in_the_sentence():
+    logs = [0.10, -0.05, 0.01]
+    est = paired_ratio([100 * math.exp(x) for x in logs], [100, 100, 100], confidence=0.9)
+    half = 2.920 * math.sqrt(0.0057) / math.sqrt(3)  # t_{0.95, 2} = 2.920
+    assert est.ci95 == pytest.approx((math.exp(0.02 - half), math.exp(0.02 + half)), abs=1e-4)
+    assert "90 % CI" in speed_sentence(est)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ([1.0, 2.0], [1.0]),  # mismatched lengths
+    ([], []),  # empty
+    ([1.0, math.nan], [1.0, 1.0]),
+    ([1.0, 1.0], [math.inf, 1.0]),
+    ([0.0, 1.0], [1.0, 1.0]),
+    ([1.0, 1.0], [1.0, -2.0]),
+])
+def test_paired_ratio_rejects_bad_input(a, b):
+    with pytest.raises(ValueError):
+        paired_ratio(a, b)
+
+
+def test_balanced_order_alternates_direction_each_round():
+    assert balanced_order(["a", "b"], 3) == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]
+    assert balanced_order(("x",), 2) == [(0, "x"), (1, "x")]
+    with pytest.raises(ValueError):
+        balanced_order(["a", "b"], 0)
+
+
+def test_spread_reports_relative_range():
+    assert spread([90.0, 100.0, 110.0]) == {"n": 3, "mean": 100.0, "min": 90.0, "max": 110.0, "rel_range": 0.2}
+    with pytest.raises(ValueError):
+        spread([])

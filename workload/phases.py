@@ -1,0 +1,54 @@
+"""Where a run's time goes: seconds from the launcher's start to each phase, from wall-clock stamps on rank 0.
+
+Workers stamp when their process started, when the process group was ready (DistContext.ready_at), the first step
+and the end of training. The launcher that knows when it started and returned (ray_jobs.launchers, ray_jobs.train)
+turns the stamps into `phases` and `end_to_end_s`. A run started by a user's own torchrun or horovodrun has the
+phases measured from that command's start, and its last phase is when the results were written.
+"""
+
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from workload import results
+
+PHASES = ("workers_started", "process_group_ready", "first_step_done", "training_done", "launcher_returned")
+LAUNCHER_NAMES = ("torchrun", "horovodrun", "torch.distributed.run")
+
+
+def process_started() -> float:
+    return psutil.Process().create_time()
+
+
+def launcher_started() -> float:
+    """When the command a user typed started: the nearest torchrun or horovodrun above this process, else it."""
+    me = psutil.Process()
+    for parent in me.parents():
+        try:
+            if any(name in " ".join(parent.cmdline()) for name in LAUNCHER_NAMES):
+                return parent.create_time()
+        except psutil.Error:
+            continue
+    return me.create_time()
+
+
+def phases(stamps: dict[str, float], start: float, returned: float) -> dict[str, float]:
+    """Seconds from `start` to each phase, never decreasing: a worker process that Ray started before this launch
+    (a pooled worker) counts as started at the launch."""
+    out, previous = {}, 0.0
+    for name in PHASES:
+        at = returned if name == "launcher_returned" else stamps[name]
+        previous = out[name] = max(at - start, previous)
+    return out
+
+
+def finish(output_dir: str | Path, start: float, returned: float | None = None) -> dict[str, Any]:
+    """Add the launcher's view (phases from `start`, end-to-end seconds) to the run's results.json; return it."""
+    returned = returned or time.time()
+    doc = results.read(Path(output_dir) / results.FILENAME)
+    doc["phases"] = phases(doc["timestamps"], start, returned)
+    doc["end_to_end_s"] = doc["phases"]["launcher_returned"]
+    results.write(output_dir, doc)
+    return doc

@@ -1,0 +1,71 @@
+"""What every entry point refuses before any training, data generation or Ray start. Nothing here creates files."""
+
+import math
+import os
+from pathlib import Path
+
+from workload.config import ConfigError, TrainConfig
+
+# Most filesystems cap one path component at 255 bytes; a longer run name would fail only when first written.
+NAME_MAX = 255
+
+
+def writable_dir(path: str | Path, flag: str) -> Path:
+    """`path`, absolute, once it is known that it is (or can become) a writable folder. Creates nothing."""
+    resolved = Path(path).expanduser().resolve()
+    for part in resolved.parts:
+        if len(part.encode()) > NAME_MAX:
+            raise ConfigError(f"{flag} {str(path)[:60]}…: a path component is {len(part.encode())} bytes, "
+                              f"filesystems allow {NAME_MAX}; choose a shorter path")
+    for existing in (resolved, *resolved.parents):
+        if existing.exists():
+            if not existing.is_dir():
+                if existing == resolved:
+                    raise ConfigError(f"{flag} {resolved} is a file, not a folder; choose another path")
+                raise ConfigError(f"{flag} {resolved} cannot be a folder: {existing} is a file; choose another path")
+            if not os.access(existing, os.W_OK | os.X_OK):
+                raise ConfigError(f"{flag} {resolved} is not writable ({existing} is read-only); choose another path")
+            return resolved
+    raise AssertionError("the filesystem root always exists")
+
+
+def check_name(name: str | None, flag: str = "--name") -> None:
+    """A run name becomes one folder name under the storage path."""
+    if name is None:
+        return
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise ConfigError(f"{flag} {name!r} must be a plain folder name (no '/'); choose another name")
+    if len(name.encode()) > NAME_MAX:
+        raise ConfigError(f"{flag} is {len(name.encode())} bytes long; filesystems allow {NAME_MAX}; "
+                          "choose a shorter name")
+
+
+def steps_per_epoch(cfg: TrainConfig, train_count: int) -> int:
+    """Steps each rank runs per epoch: DistributedSampler pads every shard to ceil(count / workers)."""
+    steps = math.ceil(math.ceil(train_count / cfg.workers) / cfg.batch_size)
+    return min(steps, cfg.max_steps_per_epoch) if cfg.max_steps_per_epoch else steps
+
+
+def check_epoch_length(cfg: TrainConfig, train_count: int) -> None:
+    """Refuse an epoch too short to leave a step after the warm-up: there would be nothing honest to time."""
+    steps = steps_per_epoch(cfg, train_count)
+    if steps <= cfg.warmup_steps:
+        raise ConfigError(
+            f"an epoch is {steps} step(s) ({train_count} training digits, --workers {cfg.workers}, --batch-size "
+            f"{cfg.batch_size}{f', --max-steps-per-epoch {cfg.max_steps_per_epoch}' if cfg.max_steps_per_epoch else ''}"
+            f"), which leaves no step after --warmup-steps {cfg.warmup_steps} to time; lower --warmup-steps or "
+            "--batch-size, or train on more digits"
+        )
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """The paths a run will write, and, where the data size is already known, the epoch length."""
+    writable_dir(cfg.output_dir, "--output-dir")
+    if cfg.dataset == "mnist" and (Path(cfg.data_dir) / "MNIST" / "raw").is_dir():
+        pass  # real MNIST is only read: a read-only shared copy is fine
+    else:
+        writable_dir(cfg.data_dir, "--data-dir")
+    if cfg.checkpoint_dir:
+        writable_dir(cfg.checkpoint_dir, "--checkpoint-dir")
+    if cfg.dataset == "synthetic":
+        check_epoch_length(cfg, cfg.synthetic_train_size)

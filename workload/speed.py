@@ -1,0 +1,61 @@
+"""The speed answer from a comparison's runs: native ÷ Horovod per worker count, and Ray ÷ each backend's own
+launcher, each a paired ratio over the rounds with its 95 % interval (workload/stats.py does the statistics).
+
+Runs pair by round: round r of one arm ran beside round r of the other, in a balanced order, so a slow minute on
+the machine touches both. A round where either run failed drops out of the pairing.
+"""
+
+from typing import Any
+
+from workload import stats
+
+METRIC = "steady_samples_per_s"
+METRIC_TEXT = ("steady-state throughput: total samples/s from the median step time of the last epoch, warm-up steps "
+               "left out")
+VANILLA = {"native": "native/torchrun", "horovod": "horovod/horovodrun"}
+
+
+def paired(runs: list[dict[str, Any]], workers: int, a: str, b: str, key: str) -> tuple[list[float], list[float]]:
+    """`key` of arm `a` and arm `b`, round by round, over the rounds where both finished."""
+    by_round: dict[str, dict[int, float]] = {a: {}, b: {}}
+    for run in runs:
+        if run["workers"] == workers and run["status"] == "ok" and run["arm"] in by_round:
+            by_round[run["arm"]][run["round"]] = run[key]
+    rounds = sorted(set(by_round[a]) & set(by_round[b]))
+    return [by_round[a][r] for r in rounds], [by_round[b][r] for r in rounds]
+
+
+def estimate_dict(estimate: stats.RatioEstimate) -> dict[str, Any]:
+    return {"ratio": estimate.ratio, "ci95": list(estimate.ci95) if estimate.ci95 else None, "repeats": estimate.n}
+
+
+def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str]) -> dict[str, Any] | None:
+    """native ÷ Horovod at `workers`, on Ray when Ray ran, else under their own launchers; None when no round has both."""
+    a, b, launcher = ("native", "horovod", "ray") if "ray" in launchers else (*VANILLA.values(), "own launchers")
+    native, horovod = paired(runs, workers, a, b, METRIC)
+    if not native:
+        return None
+    estimate = stats.paired_ratio(native, horovod)
+    return {
+        "metric": METRIC, "launcher": launcher, **estimate_dict(estimate),
+        "verdict": stats.speed_verdict(estimate),
+        "sentence": stats.speed_sentence(estimate),
+        "native": native, "horovod": horovod,
+    }
+
+
+def launcher_overhead(runs: list[dict[str, Any]], workers: int) -> dict[str, Any]:
+    """Ray ÷ the backend's own launcher, for steady-state throughput and for end-to-end wall time.
+
+    A steady ratio below 1 means Ray trains slower; an end-to-end ratio above 1 means Ray takes longer overall.
+    """
+    out = {}
+    for backend, vanilla in VANILLA.items():
+        section = {"vanilla": vanilla.split("/")[1]}
+        for name, key in (("steady", METRIC), ("end_to_end", "end_to_end_s")):
+            ray, own = paired(runs, workers, backend, vanilla, key)
+            if ray:
+                section[name] = estimate_dict(stats.paired_ratio(ray, own))
+        if len(section) > 1:
+            out[backend] = section
+    return out

@@ -1,0 +1,207 @@
+"""Statistics for a speed verdict from repeated, paired runs of two arms (native DDP and Horovod).
+
+Pure standard library on purpose: the orchestrator and the report both call it, and its numbers must not depend
+on which array library happens to be installed. Throughputs are compared as ratios on a log scale, because a
+slow minute on the machine scales both arms of one round alike, and the log makes that scaling cancel.
+"""
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# How names are written in a sentence; any other name is written as given.
+DISPLAY_NAMES: Mapping[str, str] = {"native": "native", "horovod": "Horovod"}
+
+_CF_MAX_ITERATIONS = 100_000  # the continued fraction needs about sqrt(df) terms, so this covers df up to ~1e9
+_CF_EPS = 1e-15
+_TINY = 1e-300  # keeps Lentz's method away from dividing by zero
+
+
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz), converging for x < (a+1)/(a+b+2)."""
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > _TINY else _TINY)
+    h = d
+    for m in range(1, _CF_MAX_ITERATIONS):
+        # Each m contributes one even and one odd term of the fraction.
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1.0) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1.0)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > _TINY else _TINY)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > _TINY else _TINY
+            h *= d * c
+        if abs(d * c - 1.0) < _CF_EPS:
+            return h
+    raise ArithmeticError(f"incomplete beta did not converge for a={a}, b={b}, x={x}")
+
+
+def _regularized_incomplete_beta(a: float, b: float, x: float) -> float:
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = a * math.log(x) + b * math.log1p(-x) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
+    front = math.exp(log_front)
+    # The fraction converges fast only on one side of the mean; use the symmetry I_x(a,b) = 1 - I_{1-x}(b,a).
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_continued_fraction(a, b, x) / a
+    return 1.0 - front * _beta_continued_fraction(b, a, 1.0 - x) / b
+
+
+def _t_upper_tail(t: float, df: int) -> float:
+    """P(T > t) for t >= 0; the tail is computed directly so that p close to 1 loses no precision."""
+    return 0.5 * _regularized_incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student-t quantile, computed rather than looked up, so any confidence level and any repeat count work."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must lie strictly between 0 and 1, got {p}")
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    tail = 1.0 - p
+    lo, hi = 0.0, 1.0
+    while _t_upper_tail(hi, df) > tail:  # the tail falls as t grows: widen until the root is bracketed
+        lo, hi = hi, 2.0 * hi
+    # Bisection: slower than Newton but cannot diverge, and ~60 halvings reach double precision.
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if _t_upper_tail(mid, df) > tail:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class RatioEstimate:
+    """How much faster arm a is than arm b, from paired rounds, with its uncertainty."""
+
+    ratio: float
+    """Geometric mean of the paired ratios a_i / b_i (the mean log ratio, exponentiated)."""
+    ci95: tuple[float, float] | None
+    """t interval on the mean log ratio, exponentiated, at `confidence` (0.95 unless asked); None when n == 1."""
+    n: int
+    """Number of pairs (repeats)."""
+    ratios: tuple[float, ...]
+    """Each pair's ratio, in round order, so a drifting machine shows up in the report."""
+    confidence: float = 0.95
+    """Confidence level of `ci95`, kept so a sentence never calls a 90 % interval a 95 % one."""
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> RatioEstimate:
+    """Ratio of a to b from pairs run in the same round, so that round-to-round machine noise cancels."""
+    if len(a) != len(b):
+        raise ValueError(f"paired runs need the same number of values, got {len(a)} and {len(b)}")
+    if not a:
+        raise ValueError("paired runs need at least one pair")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    for value in (*a, *b):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"every value must be finite and > 0, got {value}")
+    ratios = tuple(x / y for x, y in zip(a, b))
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    n = len(ratios)
+    if n == 1:
+        # One pair has no spread to measure; an interval from it would be invented.
+        return RatioEstimate(ratio=ratios[0], ci95=None, n=1, ratios=ratios, confidence=confidence)
+    half = t_quantile((1.0 + confidence) / 2.0, n - 1) * statistics.stdev(logs) / math.sqrt(n)
+    return RatioEstimate(
+        ratio=math.exp(mean),
+        ci95=(math.exp(mean - half), math.exp(mean + half)),
+        n=n,
+        ratios=ratios,
+        confidence=confidence,
+    )
+
+
+def speed_verdict(estimate: RatioEstimate, a_name: str = "native", b_name: str = "horovod") -> str:
+    """A winner only when the whole interval is on one side of 1; otherwise the noise could explain the gap."""
+    if estimate.ci95 is None:
+        return "no detectable difference"
+    lo, hi = estimate.ci95
+    if lo > 1.0:
+        return f"{a_name} faster"
+    if hi < 1.0:
+        return f"{b_name} faster"
+    return "no detectable difference"
+
+
+def _signed_percent(value: float) -> str:
+    # A true minus sign, so that "−3.1" and "+4.0" line up in rendered Markdown.
+    return f"{value:+.1f}".replace("-", "\u2212")
+
+
+def speed_sentence(
+    estimate: RatioEstimate,
+    a_name: str = "native",
+    b_name: str = "horovod",
+    *,
+    display: Mapping[str, str] | None = None,
+) -> str:
+    """The verdict as one sentence, with the gap stated from the winner's side so the percentage reads naturally."""
+    names = DISPLAY_NAMES if display is None else display
+    a_shown, b_shown = names.get(a_name, a_name), names.get(b_name, b_name)
+    r = estimate.ratio
+    if estimate.ci95 is None:
+        return (
+            "one repeat gives no interval, so no verdict: run with --repeats 2 or more "
+            f"(single-run ratio: {_signed_percent(100.0 * (r - 1.0))} %)"
+        )
+    lo, hi = estimate.ci95
+    label = f"{100.0 * estimate.confidence:g} % CI"
+    verdict = speed_verdict(estimate, a_name, b_name)
+    if verdict == f"{a_name} faster":
+        return (
+            f"{a_shown} is {100.0 * (r - 1.0):.1f} % faster "
+            f"({label} {100.0 * (lo - 1.0):.1f}–{100.0 * (hi - 1.0):.1f} %)"
+        )
+    if verdict == f"{b_name} faster":
+        # b's gain over a is 1/r - 1; inverting swaps the interval's ends.
+        return (
+            f"{b_shown} is {100.0 * (1.0 / r - 1.0):.1f} % faster "
+            f"({label} {100.0 * (1.0 / hi - 1.0):.1f}–{100.0 * (1.0 / lo - 1.0):.1f} %)"
+        )
+    # Signed, and said to be a relative to b, because here neither side is the winner to measure from.
+    return (
+        f"no difference detectable at this noise level ({a_shown} vs {b_shown}: {label} "
+        f"{_signed_percent(100.0 * (lo - 1.0))} – {_signed_percent(100.0 * (hi - 1.0))} %)"
+    )
+
+
+def balanced_order(arms: Sequence[T], repeats: int) -> list[tuple[int, T]]:
+    """(round, arm) in A B B A A B … order, so a slow minute on the machine hits every arm alike."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    return [(r, arm) for r in range(repeats) for arm in (arms if r % 2 == 0 else reversed(arms))]
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Run-to-run spread, reported beside every figure so a reader can tell whether to trust it."""
+    if not values:
+        raise ValueError("spread needs at least one value")
+    mean = statistics.fmean(values)
+    lo, hi = min(values), max(values)
+    return {
+        "n": len(values),
+        "mean": mean,
+        "min": lo,
+        "max": hi,
+        # NaN rather than ZeroDivisionError: an all-zero series should still render in the report.
+        "rel_range": (hi - lo) / mean if mean else math.nan,
+    }
