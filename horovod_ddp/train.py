@@ -78,7 +78,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str) -> dict[str, Any] |
     hvd = import_horovod()
     torch.set_num_threads(cfg.threads_per_worker)
     # Rank 0 alone reads the checkpoint and broadcasts it; a refusal there ends every rank (see run.on_main).
-    state = on_main(ctx, lambda: resume_state(cfg))
+    state = on_main(ctx, lambda: resume_state(cfg, "horovod", launcher))
     splits = data.load(cfg)
     model = build_model(cfg, ctx.device)
     optimizer = hvd.DistributedOptimizer(  # Horovod: allreduces each gradient as backward produces it
@@ -101,7 +101,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str) -> dict[str, Any] |
         trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer,
                           sync=HorovodGradientSync(optimizer), splits=splits,
                           loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog)
-        save = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir, cfg)
+        save = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir, cfg, "horovod", launcher)
         return train_and_report(trainer, backend="horovod", launcher=launcher, history=history,
                                 on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer))
 
@@ -127,7 +127,7 @@ def main() -> int:
     try:
         cfg = replace(cfg, workers=ctx.world_size)
         preflight.check_config(cfg)  # every rank checks alike, so a refusal ends them all before any collective
-        on_main(ctx, lambda: resume_state(cfg))  # refused before any data is written
+        on_main(ctx, lambda: resume_state(cfg, "horovod", "horovodrun"))  # refused before any data is written
         if ctx.world_size == 1:
             log.info("not started by horovodrun: running as a single worker "
                      "(use horovodrun -np N python -m horovod_ddp.train for N)")

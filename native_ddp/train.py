@@ -71,8 +71,8 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
     rank after every epoch (each launcher stores checkpoints its own way).
     """
     check_backend_options(cfg, "native")
-    if state:
-        checkpoint.check_resume(state, cfg, "the run's checkpoint")  # the launchers have checked; a safety net
+    if state:  # the launchers have checked, before the dataset was resolved; a safety net now that it is
+        checkpoint.check_resume(state, cfg, "the run's checkpoint", "native", launcher)
     torch.set_num_threads(cfg.threads_per_worker)
     splits = data.load(cfg)
     model = build_model(cfg, ctx.device)
@@ -111,14 +111,14 @@ def train_func(config: dict[str, Any]) -> None:
         with resume_from.as_directory() as directory:
             state = checkpoint.load(directory)
     else:
-        state = resume_state(cfg)
+        state = resume_state(cfg, "native", "ray")
     train(ctx, cfg, "ray", state=state, save_checkpoint=_ray_report(ctx, cfg, config["ray_checkpoints"]))
 
 
 def _ray_report(ctx: DistContext, cfg: TrainConfig, ray_checkpoints: bool):
     import ray.train
 
-    to_directory = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir, cfg)
+    to_directory = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir, cfg, "native", "ray")
 
     def report(epoch: int, history: History, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         metrics = {k: v for k, v in history.epochs[-1].items() if isinstance(v, (int, float))}
@@ -126,7 +126,7 @@ def _ray_report(ctx: DistContext, cfg: TrainConfig, ray_checkpoints: bool):
         # Every rank reports once per epoch; only rank 0 attaches the checkpoint.
         if ctx.is_main and ray_checkpoints:
             with tempfile.TemporaryDirectory() as directory:
-                checkpoint.save(directory, module, optimizer, history, cfg)
+                checkpoint.save(directory, module, optimizer, history, cfg, "native", "ray")
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
         else:
             ray.train.report(metrics)
@@ -156,12 +156,12 @@ def main() -> int:
         cli.setup_logging(ctx.rank)
         cfg = replace(cfg, workers=ctx.world_size)
         preflight.check_config(cfg)  # every rank checks alike, so a refusal ends them all before any collective
-        resume_state(cfg)  # before any data is written: every rank reads the same file and refuses alike
+        # Before any data is written; every rank reads the same file and so refuses alike, none left waiting.
+        state = resume_state(cfg, "native", "torchrun")
         cfg = resolve_dataset(ctx, cfg)
-        # Every rank reads the same file and so refuses alike: none is left waiting for the others.
-        state = resume_state(cfg)
         doc = train(ctx, cfg, "torchrun", state=state,
-                    save_checkpoint=checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir, cfg))
+                    save_checkpoint=checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir, cfg, "native",
+                                                               "torchrun"))
         if doc:
             log.info("results: %s", os.path.join(cfg.output_dir, "results.json"))
     finally:

@@ -84,8 +84,9 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
     for backend in backends:
         check_backend_options(base, backend, "--backends")
     launchers.check_available(launcher_names, backends)
-    base = base.with_absolute_paths()
-    preflight.check_config(replace(base, workers=max(workers)))  # the most workers make the shortest epochs
+    # Checked (and the dataset resolved) at the most workers: they make the shortest epochs.
+    base = replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths()
+    preflight.check_config(base)
     on_ray = bool(backends) and "ray" in launcher_names
     if on_ray:
         check_address()

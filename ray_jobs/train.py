@@ -14,7 +14,7 @@ from typing import Any
 
 from ray_jobs.cluster import RayRunOptions, check_address, connect, require, user_error
 from workload import checkpoint, cli, data, phases, preflight, results
-from workload.config import TrainConfig, check_backend_options
+from workload.config import ConfigError, TrainConfig, check_backend_options
 from workload.run import resume_state
 from workload.summary import format_result
 
@@ -53,7 +53,7 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
     cfg = data.resolve(cfg)
     if resume:
         state, where = resume
-        checkpoint.check_resume(state, cfg, where)  # again, now that `auto` has become a dataset
+        checkpoint.check_resume(state, cfg, where, backend, "ray")  # again, now that `auto` has become a dataset
     connect()
     require(cfg.workers, cfg.use_gpu)
     try:
@@ -80,9 +80,12 @@ def _resume_state(backend: str, cfg: TrainConfig, options: RayRunOptions) -> tup
                 latest = None
             if latest:
                 state = checkpoint.load(latest.path)
-                checkpoint.check_resume(state, cfg, latest.path)
+                if state is None:
+                    raise ConfigError(f"{run_dir} holds another program's Ray Train checkpoints; choose another "
+                                      "--name (or --storage-path)")
+                checkpoint.check_resume(state, cfg, latest.path, backend, "ray")
                 return state, latest.path
-    state = resume_state(cfg)
+    state = resume_state(cfg, backend, "ray")
     return (state, cfg.checkpoint_dir) if state else None
 
 

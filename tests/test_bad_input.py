@@ -36,11 +36,12 @@ SECONDS = 10  # a refusal is immediate; the bound catches one that trains or wai
 SYNTHETIC = ["--dataset", "synthetic"]
 
 
-def write_checkpoint(directory: Path, epochs: int = 2, **settings) -> None:
+def write_checkpoint(directory: Path, epochs: int = 2, backend: str = "native", launcher: str = "ray",
+                     **settings) -> None:
     cfg = TrainConfig(dataset="synthetic", epochs=epochs, **settings)
     model = ConvNet()
     history = History(step_losses=[2.3] * epochs, epochs=[{"epoch": e} for e in range(1, epochs + 1)])
-    checkpoint.save(directory, model, torch.optim.SGD(model.parameters(), lr=cfg.lr), history, cfg)
+    checkpoint.save(directory, model, torch.optim.SGD(model.parameters(), lr=cfg.lr), history, cfg, backend, launcher)
 
 
 def write_file(path: Path, content: bytes) -> None:
@@ -149,6 +150,9 @@ TABLE = [
          "has already trained 2 epoch(s)", "checkpoint"),
     case("ray_jobs.train", ["--backend", "horovod", *SYNTHETIC, "--checkpoint-dir", "{ws}/ckpt", "--epochs", "3",
                             "--seed", "4"], "--seed 0 -> 4", "checkpoint"),
+    case("ray_jobs.train", ["--backend", "horovod", *SYNTHETIC, "--checkpoint-dir", "{ws}/ckpt", "--epochs", "3"],
+         "--backend native -> horovod", "checkpoint"),
+    case("native_ddp.train", [*SYNTHETIC, "--checkpoint-dir", "{ws}/a-file"], "--checkpoint-dir"),
     # Data and cluster.
     case("ray_jobs.train", ["--dataset", "mnist", "--data-dir", "{ws}/mnist"], "could not be downloaded"),
     case("ray_jobs.train", SYNTHETIC, "answers, but not as a Ray cluster", env="not-ray"),
@@ -239,7 +243,8 @@ def test_under_horovodrun_a_refusal_after_start_ends_every_rank_in_one_line(tmp_
 
 @pytest.mark.cluster
 def test_under_horovodrun_a_checkpoint_of_another_run_is_refused_by_every_rank(tmp_path):
-    write_checkpoint(tmp_path / "ckpt", workers=2)
+    write_checkpoint(tmp_path / "ckpt", backend="horovod", launcher="horovodrun", workers=2,
+                     synthetic_train_size=2000)
     result = run_module("horovod_ddp.train", *SYNTHETIC, "--synthetic-train-size", "2000", "--data-dir",
                         str(tmp_path / "data"), "--output-dir", str(tmp_path / "out"), "--checkpoint-dir",
                         str(tmp_path / "ckpt"), "--epochs", "3", "--lr", "0.5",

@@ -1,5 +1,6 @@
 """Single-process tier: the shared step, metrics maths, checkpoints and the result schema, with no cluster."""
 
+import argparse
 import math
 import os
 from pathlib import Path
@@ -99,8 +100,8 @@ def test_checkpoint_round_trip_and_atomic_replace(cfg, tmp_path):
     model(torch.randn(4, 1, 28, 28)).sum().backward()
     optimizer.step()
     history = History(step_losses=[1.0, 0.5], epochs=[{"epoch": 1}])
-    checkpoint.save(tmp_path, model, optimizer, history, cfg)
-    checkpoint.save(tmp_path, model, optimizer, history, cfg)  # overwriting leaves one file and no temporaries
+    checkpoint.save(tmp_path, model, optimizer, history, cfg, "native", "torchrun")
+    checkpoint.save(tmp_path, model, optimizer, history, cfg, "native", "torchrun")  # overwriting leaves one file and no temporaries
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
     fresh = build_model(replace(cfg, seed=1), torch.device("cpu"))
     fresh_optimizer = build_optimizer(fresh, cfg, 1)
@@ -155,7 +156,7 @@ def test_results_json_is_strict_json(tmp_path):
 def saved_checkpoint(cfg, directory, epochs=1) -> None:
     model = build_model(cfg, torch.device("cpu"))
     history = History(step_losses=[1.0], epochs=[{"epoch": e} for e in range(1, epochs + 1)])
-    checkpoint.save(directory, model, build_optimizer(model, cfg, 1), history, cfg)
+    checkpoint.save(directory, model, build_optimizer(model, cfg, 1), history, cfg, "native", "torchrun")
 
 
 @pytest.mark.parametrize("change, needle", [
@@ -164,12 +165,15 @@ def saved_checkpoint(cfg, directory, epochs=1) -> None:
     ({"workers": 2, "epochs": 3}, "--workers 1 -> 2"),
     ({"seed": 1, "epochs": 3}, "--seed 0 -> 1"),
     ({"epochs": 2}, "has already trained 2 epoch(s); pass --epochs above 2"),
+    ({"backend": "horovod"}, "--backend native -> horovod"),
+    ({"launcher": "ray"}, "--launcher torchrun -> ray"),
 ])
 def test_a_resume_with_other_settings_is_refused(cfg, tmp_path, change, needle):
+    launch = (change.pop("backend", "native"), change.pop("launcher", "torchrun"))
     saved_checkpoint(cfg, tmp_path, epochs=2)
     state = checkpoint.load(tmp_path)
     with pytest.raises(ConfigError) as refused:
-        checkpoint.check_resume(state, replace(cfg, **{"epochs": 3, **change}), tmp_path)
+        checkpoint.check_resume(state, replace(cfg, **{"epochs": 3, **change}), tmp_path, *launch)
     assert needle in str(refused.value)
 
 
@@ -177,18 +181,22 @@ def test_a_resume_may_grow_epochs_and_move_outputs(cfg, tmp_path):
     saved_checkpoint(cfg, tmp_path, epochs=1)
     state = checkpoint.load(tmp_path)
     checkpoint.check_resume(state, replace(cfg, epochs=4, output_dir=str(tmp_path / "elsewhere"), log_every=3),
-                            tmp_path)
+                            tmp_path, "native", "torchrun")
 
 
 @pytest.mark.parametrize("content, needle", [
     (b"garbage bytes, not a checkpoint", "is not a readable checkpoint"),
     (None, "is not a checkpoint of this project"),
     ("other-model", "holds weights of another model"),
+    ("foreign-pickle", "is not a readable checkpoint"),
 ])
 def test_a_file_that_is_not_our_checkpoint_is_one_clear_error(tmp_path, content, needle):
     path = tmp_path / checkpoint.FILENAME
     if content is None:
         torch.save({"model": {}}, path)
+    elif content == "foreign-pickle":
+        # Another program's pickle is refused, not executed: checkpoints load with weights_only.
+        torch.save({"args": argparse.Namespace(lr=0.1)}, path)
     elif content == "other-model":
         torch.save({k: {} for k in checkpoint.KEYS} | {"model": torch.nn.Linear(3, 2).state_dict()}, path)
     else:

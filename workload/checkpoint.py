@@ -6,9 +6,7 @@ A checkpoint resumes only the run that wrote it: `check_resume` refuses other se
 
 import dataclasses
 import os
-import pickle
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +18,11 @@ from workload.model import ConvNet
 from workload.trainer import History
 
 FILENAME = "checkpoint.pt"
-KEYS = ("epoch", "model", "optimizer", "history", "config")
+KEYS = ("epoch", "model", "optimizer", "history", "config", "backend", "launcher")
 
 
 def save(directory: str | Path, module: nn.Module, optimizer: torch.optim.Optimizer, history: History,
-         cfg: TrainConfig) -> Path:
+         cfg: TrainConfig, backend: str, launcher: str) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {
@@ -33,6 +31,9 @@ def save(directory: str | Path, module: nn.Module, optimizer: torch.optim.Optimi
         "optimizer": optimizer.state_dict(),
         "history": dataclasses.asdict(history),
         "config": cfg.to_dict(),
+        # A run is also its backend and launcher: its epochs' figures were measured there.
+        "backend": backend,
+        "launcher": launcher,
     }
     with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{FILENAME}.", delete=False) as f:
         torch.save(state, f)
@@ -49,9 +50,9 @@ def load(directory: str | Path) -> dict[str, Any] | None:
         return None
     fix = "delete it or choose another checkpoint folder"
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except (OSError, RuntimeError, EOFError, ValueError, UnicodeDecodeError, pickle.UnpicklingError,
-            zipfile.BadZipFile) as error:
+        # weights_only: tensors and plain data only, so a foreign pickle is refused rather than executed.
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - torch's unpickler raises many kinds on bytes that are not ours
         reason = " ".join(str(error).split())[:120]
         raise ConfigError(f"{path} is not a readable checkpoint ({type(error).__name__}: {reason}); {fix}") from None
     if not isinstance(state, dict) or any(key not in state for key in KEYS):
@@ -60,14 +61,16 @@ def load(directory: str | Path) -> dict[str, Any] | None:
     try:
         # The weights must fit this model, or the restore would fail later, inside every worker.
         ConvNet().load_state_dict(state["model"])
-    except RuntimeError as error:
+    except (RuntimeError, TypeError, AttributeError) as error:
         raise ConfigError(f"{path} holds weights of another model ({str(error).splitlines()[0]}); {fix}") from None
     return state
 
 
-def check_resume(state: dict[str, Any], cfg: TrainConfig, where: str | Path) -> None:
+def check_resume(state: dict[str, Any], cfg: TrainConfig, where: str | Path, backend: str, launcher: str) -> None:
     """Refuse a resume that would not carry on the same run, or that has nothing left to train."""
-    conflicts = resume_conflicts(state["config"], cfg)
+    conflicts = [f"--{name} {state[name]} -> {now}" for name, now in (("backend", backend), ("launcher", launcher))
+                 if state[name] != now]
+    conflicts += resume_conflicts(state["config"], cfg)
     if conflicts:
         raise ConfigError(
             f"the checkpoint in {where} was written with other settings ({'; '.join(conflicts)}); a resume carries "
@@ -87,12 +90,11 @@ def restore(state: dict[str, Any], module: nn.Module, optimizer: torch.optim.Opt
     return History(**state["history"])
 
 
-def directory_saver(is_main: bool, directory: str, cfg: TrainConfig):
+def directory_saver(is_main: bool, directory: str, cfg: TrainConfig, backend: str, launcher: str):
     """An on_epoch_end callback for launchers without a checkpoint store of their own: rank 0 saves to `directory`."""
 
     def save_epoch(epoch: int, history: History, module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         if directory and is_main:
-            save(directory, module, optimizer, history, cfg)
+            save(directory, module, optimizer, history, cfg, backend, launcher)
 
     return save_epoch
-

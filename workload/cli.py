@@ -14,7 +14,6 @@ from workload.distributed import launcher_rank
 from workload.trainer import Diverged
 
 # Settings the user can fix: one line, exit code 2. A diverged run is a failed run: one line, exit code 1.
-USER_ERRORS = (ConfigError, DataError)
 EXIT_CODES = {ConfigError: 2, DataError: 2, Diverged: 1}
 
 
@@ -92,6 +91,6 @@ def run(main: Callable[[], int | None]) -> None:
     setup_logging()
     try:
         code = main()
-    except (*USER_ERRORS, Diverged) as error:
-        fail(str(error), next(c for kind, c in EXIT_CODES.items() if isinstance(error, kind)))
+    except tuple(EXIT_CODES) as error:
+        fail(str(error), next(code for kind, code in EXIT_CODES.items() if isinstance(error, kind)))
     sys.exit(code or 0)

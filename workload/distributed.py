@@ -50,7 +50,7 @@ def launcher_rank() -> int:
 
     Only for printing a refusal once rather than once per rank; everything else takes the rank from DistContext.
     """
-    for name in ("RANK", "HOROVOD_RANK"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 0
+    # RANK alone may be any job system's; torchrun also sets TORCHELASTIC_RUN_ID.
+    name = "RANK" if "TORCHELASTIC_RUN_ID" in os.environ else "HOROVOD_RANK"
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else 0

@@ -79,9 +79,10 @@ def write(output_dir: str | Path, doc: dict[str, Any]) -> Path:
 
 def write_json(path: Path, doc: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Standard JSON only: a NaN or Infinity here would be a number no run produced, and strict parsers refuse it.
+    text = json.dumps(doc, indent=1, allow_nan=False)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
-        # Standard JSON only: a NaN or Infinity here would be a number no run produced, and strict parsers refuse it.
-        json.dump(doc, f, indent=1, allow_nan=False)
+        f.write(text)
     os.replace(f.name, path)
 
 

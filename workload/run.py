@@ -1,9 +1,9 @@
 """Build the pieces every backend shares, run the loop, write the result: adapters call these, in this order."""
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
@@ -48,13 +48,13 @@ def resolve_dataset(ctx: DistContext, cfg: TrainConfig) -> TrainConfig:
     return data.resolve(replace(cfg, dataset=DATASETS[int(choice[0])]))
 
 
-def resume_state(cfg: TrainConfig) -> dict[str, Any] | None:
+def resume_state(cfg: TrainConfig, backend: str, launcher: str) -> dict[str, Any] | None:
     """The checkpoint in cfg.checkpoint_dir once it is known to carry on this run, or None when there is none."""
     if not cfg.checkpoint_dir:
         return None
     state = checkpoint.load(cfg.checkpoint_dir)
     if state:
-        checkpoint.check_resume(state, cfg, cfg.checkpoint_dir)
+        checkpoint.check_resume(state, cfg, cfg.checkpoint_dir, backend, launcher)
     return state
 
 

@@ -165,6 +165,8 @@ class Trainer:
         self._check_finite(float(step_losses.sum()), epoch, steps)
         eval_start = time.perf_counter()
         test_loss, test_accuracy = self.evaluate()
+        # The last update of an epoch can break the weights after its loss was taken: the test loss shows it.
+        self._check_finite(test_loss, epoch, steps)
         if self.watchdog:
             self.watchdog.kick()
         history.step_losses.extend(step_losses.tolist())
