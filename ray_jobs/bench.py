@@ -44,7 +44,8 @@ def ratio_text(estimate: dict[str, Any] | None) -> str:
     if not estimate:
         return "—"
     ci = estimate["ci95"]
-    return f"{estimate['ratio']:.2f}× ({ci[0]:.2f}–{ci[1]:.2f})" if ci else f"{estimate['ratio']:.2f}× (no interval)"
+    interval = f"{ci[0]:.2f}–{ci[1]:.2f}" if ci else "no interval"
+    return f"{estimate['ratio']:.2f}× ({interval})"
 
 
 def table(comparison: dict[str, Any]) -> str:

@@ -105,7 +105,8 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
     for i, (round_, arm, n) in enumerate(runs, 1):
         name = f"{arm.label.replace('/', '-')}-{n}w" + (f"-r{round_}" if arm.launcher != "local" else "")
         cfg = replace(base, workers=n, output_dir=str(run_dir / name))
-        what = f"[{i}/{len(runs)}] {arm.label}, {n} worker(s)" + (f", round {round_ + 1}" if arm.launcher != "local" else "")
+        what = f"[{i}/{len(runs)}] {arm.label}, {n} worker(s)"
+        what += f", round {round_ + 1}" if arm.launcher != "local" else ""
         log.info("%s: started at +%.0f s", what, time.monotonic() - started)
         record = {"arm": arm.label, "backend": arm.backend, "launcher": arm.launcher, "workers": n, "round": round_}
         try:
@@ -156,7 +157,8 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
 def main() -> int:
     parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.compare",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", default=DEFAULT_WORKERS, help=f"worker counts to compare (default: {DEFAULT_WORKERS})")
+    parser.add_argument("--workers", default=DEFAULT_WORKERS,
+                        help=f"worker counts to compare (default: {DEFAULT_WORKERS})")
     parser.add_argument("--backends", default=",".join(BACKENDS), help="distributed backends (default: native,horovod)")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                         help=f"runs of every arm per worker count, interleaved (default: {DEFAULT_REPEATS})")
@@ -171,7 +173,8 @@ def main() -> int:
     parser.add_argument("--assert-parity", action="store_true", help="exit 1 unless parity is PASS everywhere")
     parser.add_argument("--render", metavar="DIR", help="only re-render DIR's report from its comparison.json")
     # Every run starts fresh in its own folder: a shared --checkpoint-dir would resume one run from another's.
-    cli.add_config_flags(parser, exclude=("workers", "output_dir", "checkpoint_dir"), defaults={"epochs": DEFAULT_EPOCHS})
+    cli.add_config_flags(parser, exclude=("workers", "output_dir", "checkpoint_dir"),
+                         defaults={"epochs": DEFAULT_EPOCHS})
     args = parser.parse_args()
     if args.render:
         log.info("%s", report.render(args.render))

@@ -177,7 +177,8 @@ TABLE = [
     case("ray_jobs.compare", ["--render", "{ws}/nowhere"], "does not exist"),
     case("ray_jobs.compare", ["--render", "{ws}/run"], "cannot be read as JSON", "corrupt-comparison"),
     case("ray_jobs.compare", ["--render", "{ws}/run"], "cannot be read as JSON", "binary-comparison"),
-    case("ray_jobs.compare", ["--render", "{ws}/run"], "is not a comparison (it lacks schema_version, run_id", "empty-comparison"),
+    case("ray_jobs.compare", ["--render", "{ws}/run"], "is not a comparison (it lacks schema_version, run_id",
+         "empty-comparison"),
 
     case("horovod_ddp.train", ["--lr", "inf"], "--lr must be a finite number"),
     case("horovod_ddp.train", ["--output-dir", "{ws}/a-file"], "is a file, not a folder"),

@@ -101,7 +101,8 @@ def test_checkpoint_round_trip_and_atomic_replace(cfg, tmp_path):
     optimizer.step()
     history = History(step_losses=[1.0, 0.5], epochs=[{"epoch": 1}])
     checkpoint.save(tmp_path, model, optimizer, history, cfg, "native", "torchrun")
-    checkpoint.save(tmp_path, model, optimizer, history, cfg, "native", "torchrun")  # overwriting leaves one file and no temporaries
+    # Overwriting leaves one file and no temporaries.
+    checkpoint.save(tmp_path, model, optimizer, history, cfg, "native", "torchrun")
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
     fresh = build_model(replace(cfg, seed=1), torch.device("cpu"))
     fresh_optimizer = build_optimizer(fresh, cfg, 1)

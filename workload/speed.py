@@ -30,7 +30,8 @@ def estimate_dict(estimate: stats.RatioEstimate) -> dict[str, Any]:
 
 
 def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str]) -> dict[str, Any] | None:
-    """native ÷ Horovod at `workers`, on Ray when Ray ran, else under their own launchers; None when no round has both."""
+    """native ÷ Horovod at `workers`, on Ray when Ray ran, else under their own launchers; None when no round
+    has both."""
     a, b, launcher = ("native", "horovod", "ray") if "ray" in launchers else (*VANILLA.values(), "own launchers")
     native, horovod = paired(runs, workers, a, b, METRIC)
     if not native:
