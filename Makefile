@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install test compare bench clean
+.PHONY: install test compare bench faults clean
 
 # Reinstalls only when the declared dependencies or the Horovod build recipe change.
 $(STAMP): pyproject.toml tools/build_horovod.py
@@ -25,6 +25,10 @@ compare: $(STAMP)
 # Ray beside torchrun and horovodrun, repeated: prints the ratio table with its goals (a benchmark, not a test).
 bench: $(STAMP)
 	$(BIN)/python -m ray_jobs.bench $(ARGS)
+
+# Kill a worker under every launcher, N trials each: prints the survival table (a benchmark, not a test).
+faults: $(STAMP)
+	$(BIN)/python -m ray_jobs.fault_trials $(ARGS)
 
 clean:
 	rm -rf $(VENV) results data

@@ -5,8 +5,6 @@ would also move the native backend off Train V2; RayExecutor works with the pinn
 """
 
 import logging
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from horovod_ddp.train import import_horovod, ray_worker
@@ -17,37 +15,33 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 60
 
 
-def with_run_checkpoints(cfg: TrainConfig, options: RayRunOptions) -> TrainConfig:
-    """With --name (and no --checkpoint-dir), checkpoints live in <storage-path>/<name>/horovod-checkpoints."""
-    if not options.name or cfg.checkpoint_dir:
-        return cfg
-    storage = Path(options.storage_path or Path.home() / "ray_results").expanduser().resolve()
-    return replace(cfg, checkpoint_dir=str(storage / options.name / "horovod-checkpoints"))
-
-
 def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
     """Run `horovod_ddp.train.ray_worker` on `cfg.workers` Ray workers; return rank 0's result.
 
-    With --name, checkpoints go to <storage-path>/<name>/horovod-checkpoints (unless --checkpoint-dir says
-    otherwise), so rerunning the same name resumes; a failed attempt is retried `max_failures` times from there.
+    A failed attempt (a worker died, or lost its peer) is retried `max_failures` times from cfg.checkpoint_dir
+    (see cluster.run_checkpoints), as Ray Train's FailureConfig does for native DDP.
     """
     import_horovod()  # a one-line error here, not an import failure inside every worker
     from horovod.ray import RayExecutor
 
-    cfg = with_run_checkpoints(cfg, options)
     attempt = 0
     while True:
         settings = RayExecutor.create_settings(timeout_s=START_TIMEOUT_S)
         executor = RayExecutor(settings, num_workers=cfg.workers, cpus_per_worker=1, use_gpu=cfg.use_gpu)
         executor.start()
         try:
-            outputs = executor.run(ray_worker, args=[cfg.to_dict()])
+            outputs = executor.run(ray_worker, args=[cfg.to_dict(), attempt])
             return next(doc for doc in outputs if doc)
         except Exception as error:  # noqa: BLE001 - any worker failure counts against max_failures
             attempt += 1
             # Bad settings or a diverged run fail the same way every time: no retry.
             if attempt > options.max_failures or not cfg.checkpoint_dir or user_error(error):
                 raise
-            log.warning("attempt %d failed (%s); resuming from %s", attempt, error, cfg.checkpoint_dir)
+            log.warning("attempt %d failed (%s); resuming from %s", attempt, _first_line(error), cfg.checkpoint_dir)
         finally:
             executor.shutdown()
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1].strip()[:200] if lines else ''}"

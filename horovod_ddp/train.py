@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from workload import checkpoint, cli, data, preflight
+from workload import checkpoint, cli, data, faults, preflight
 from workload.config import ConfigError, TrainConfig
-from workload.distributed import DistContext
+from workload.distributed import DistContext, launcher_rank, leave, peer_lost
 from workload.run import build_model, on_main, resolve_dataset, resume_state, train_and_report
 from workload.trainer import History, Trainer, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
@@ -73,8 +73,10 @@ def init(use_gpu: bool) -> DistContext:
                        all_reduce=all_reduce)
 
 
-def train(ctx: DistContext, cfg: TrainConfig, launcher: str) -> dict[str, Any] | None:
-    """Train on this rank (hvd.init() done); rank 0 resumes from and saves to cfg.checkpoint_dir."""
+def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
+          restarts: int = 0) -> dict[str, Any] | None:
+    """Train on this rank (hvd.init() done, `watchdog` running since before it); rank 0 resumes from and saves to
+    cfg.checkpoint_dir. `restarts`: how many times the launcher restarted this run's workers."""
     hvd = import_horovod()
     torch.set_num_threads(cfg.threads_per_worker)
     # Rank 0 alone reads the checkpoint and broadcasts it; a refusal there ends every rank (see run.on_main).
@@ -91,30 +93,40 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str) -> dict[str, Any] |
     # Restored after wrapping: DistributedOptimizer builds a new optimizer from the param groups, so state
     # loaded into the plain SGD before the wrap would be dropped, and the broadcast would then send zeros.
     history = checkpoint.restore(state, model, optimizer) if state else History()
-    with Watchdog(cfg.stall_timeout_s) as watchdog:
-        # Horovod: every rank starts from rank 0's weights (BatchNorm buffers too), optimizer state and epoch.
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        history = History(**hvd.broadcast_object(dataclasses.asdict(history), root_rank=0))
-        if history.last_epoch and ctx.is_main:
-            log.info("resuming after epoch %d from %s", history.last_epoch, cfg.checkpoint_dir)
-        trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer,
-                          sync=HorovodGradientSync(optimizer), splits=splits,
-                          loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog)
-        save = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir, cfg, "horovod", launcher)
-        return train_and_report(trainer, backend="horovod", launcher=launcher, history=history,
-                                on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer))
+    # Horovod: every rank starts from rank 0's weights (BatchNorm buffers too), optimizer state and epoch.
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    history = History(**hvd.broadcast_object(dataclasses.asdict(history), root_rank=0))
+    if history.last_epoch and ctx.is_main:
+        log.info("resuming after epoch %d from %s", history.last_epoch, cfg.checkpoint_dir)
+    trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer,
+                      sync=HorovodGradientSync(optimizer), splits=splits,
+                      loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog)
+    save = checkpoint.directory_saver(ctx.rank, cfg.checkpoint_dir, cfg, "horovod", launcher)
+    return train_and_report(trainer, backend="horovod", launcher=launcher, history=history, restarts=restarts,
+                            on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer))
 
 
-def ray_worker(config: dict[str, Any]) -> dict[str, Any] | None:
-    """The function horovod.ray.RayExecutor runs on each Ray worker."""
+def ray_worker(config: dict[str, Any], restarts: int = 0) -> dict[str, Any] | None:
+    """The function horovod.ray.RayExecutor runs on each Ray worker; `restarts`: earlier failed attempts."""
     cfg = TrainConfig.from_dict(config)
-    ctx = init(cfg.use_gpu)
-    cli.setup_logging(ctx.rank)
-    try:
-        return train(ctx, cfg, "ray")
-    finally:
-        import_horovod().shutdown()
+    with Watchdog(cfg.stall_timeout_s) as watchdog:
+        ctx = init(cfg.use_gpu)
+        watchdog.kick("starting")
+        cli.setup_logging(ctx.rank)
+        try:
+            return train(ctx, cfg, "ray", watchdog, restarts)
+        except _peer_errors() as error:
+            leave(peer_lost(error, ctx.rank, "ray"))
+        finally:
+            import_horovod().shutdown()
+
+
+def _peer_errors() -> tuple[type[BaseException], ...]:
+    """What a Horovod collective raises when a peer has gone away."""
+    from horovod.common.exceptions import HorovodInternalError
+
+    return (HorovodInternalError,)
 
 
 def main() -> int:
@@ -122,20 +134,26 @@ def main() -> int:
     cli.add_config_flags(parser, exclude=("workers",))
     cfg = cli.config_from_args(parser.parse_args()).with_absolute_paths()
     preflight.check_config(cfg)  # again with the world size once Horovod is up
-    ctx = init(cfg.use_gpu)
-    cli.setup_logging(ctx.rank)
-    try:
-        cfg = replace(cfg, workers=ctx.world_size)
-        preflight.check_config(cfg)  # every rank checks alike, so a refusal ends them all before any collective
-        on_main(ctx, lambda: resume_state(cfg, "horovod", "horovodrun"))  # refused before any data is written
-        if ctx.world_size == 1:
-            log.info("not started by horovodrun: running as a single worker "
-                     "(use horovodrun -np N python -m horovod_ddp.train for N)")
-        cfg = resolve_dataset(ctx, cfg)
-        if train(ctx, cfg, "horovodrun"):
-            log.info("results: %s", os.path.join(cfg.output_dir, "results.json"))
-    finally:
-        import_horovod().shutdown()
+    # From before hvd.init(): a peer that dies while the ring forms must not leave this rank waiting.
+    with Watchdog(cfg.stall_timeout_s) as watchdog:
+        faults.point("init", launcher_rank())
+        ctx = init(cfg.use_gpu)
+        watchdog.kick("starting")
+        cli.setup_logging(ctx.rank)
+        try:
+            cfg = replace(cfg, workers=ctx.world_size)
+            preflight.check_config(cfg)  # every rank checks alike, so a refusal ends them all before any collective
+            on_main(ctx, lambda: resume_state(cfg, "horovod", "horovodrun"))  # refused before any data is written
+            if ctx.world_size == 1:
+                log.info("not started by horovodrun: running as a single worker "
+                         "(use horovodrun -np N python -m horovod_ddp.train for N)")
+            cfg = resolve_dataset(ctx, cfg)
+            if train(ctx, cfg, "horovodrun", watchdog):
+                log.info("results: %s", os.path.join(cfg.output_dir, "results.json"))
+        except _peer_errors() as error:
+            raise peer_lost(error, ctx.rank, "horovodrun", cfg.checkpoint_dir) from None
+        finally:
+            import_horovod().shutdown()
     return 0
 
 

@@ -21,11 +21,16 @@ def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
     # Ray's default health-check interval (2 s, RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, which Ray passes from this
     # driver to its controller) is kept on purpose: 0.5 s ended runs ~2.3 s sooner here but cost ~8 % of
     # steady-state throughput on 2 cores, the controller's polling competing with the workers (README).
+    # Rank 0 counts the worker group's starts here (results.json's `restarts`); removed when the run ends.
+    starts_file = Path(cfg.output_dir) / ".worker-group-starts"
+    starts_file.parent.mkdir(parents=True, exist_ok=True)
+    starts_file.unlink(missing_ok=True)
     trainer = TorchTrainer(
         train_func,
         # Ray checkpoints cost a write and an upload every epoch; they are kept only where a rerun (--name) or a
         # retry (--max-failures) can resume from them.
-        train_loop_config={"config": cfg.to_dict(), "ray_checkpoints": bool(options.name or options.max_failures)},
+        train_loop_config={"config": cfg.to_dict(), "ray_checkpoints": bool(options.name or options.max_failures),
+                           "starts_file": str(starts_file)},
         # DDP: Ray picks gloo on CPU and NCCL on GPU, and gives each worker its device.
         scaling_config=ScalingConfig(num_workers=cfg.workers, use_gpu=cfg.use_gpu),
         run_config=RunConfig(
@@ -34,5 +39,8 @@ def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
             failure_config=FailureConfig(max_failures=options.max_failures),
         ),
     )
-    trainer.fit()
+    try:
+        trainer.fit()
+    finally:
+        starts_file.unlink(missing_ok=True)
     return results.read(Path(cfg.output_dir) / results.FILENAME)

@@ -17,9 +17,9 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from workload import checkpoint, cli, data, preflight
+from workload import checkpoint, cli, data, faults, preflight
 from workload.config import ConfigError, TrainConfig, check_backend_options
-from workload.distributed import DistContext
+from workload.distributed import DistContext, leave, peer_lost
 from workload.run import build_model, resolve_dataset, resume_state, train_and_report
 from workload.trainer import History, Trainer, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
@@ -64,11 +64,12 @@ def torch_all_reduce(device: torch.device):
 
 
 def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str, Any] | None,
-          save_checkpoint) -> dict[str, Any] | None:
+          save_checkpoint, watchdog: Watchdog, restarts: int = 0) -> dict[str, Any] | None:
     """Train on this rank; rank 0 returns the result written to results.json.
 
     `state` is the checkpoint to resume from; `save_checkpoint(epoch, history, module, optimizer)` runs on every
-    rank after every epoch (each launcher stores checkpoints its own way).
+    rank after every epoch (each launcher stores checkpoints its own way). `watchdog` has run since before the
+    process group existed; `restarts` is how many times the launcher restarted this run's workers.
     """
     check_backend_options(cfg, "native")
     if state:  # the launchers have checked, before the dataset was resolved; a safety net now that it is
@@ -81,16 +82,15 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
     history = checkpoint.restore(state, model, optimizer) if state else History()
     if history.last_epoch and ctx.is_main:
         log.info("resuming after epoch %d", history.last_epoch)
-    with Watchdog(cfg.stall_timeout_s) as watchdog:
-        # DDP: wrapping broadcasts rank 0's parameters and buffers, then averages gradients during backward.
-        ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-        trainer = Trainer(ctx=ctx, cfg=cfg, model=ddp, module=model, optimizer=optimizer,
-                          sync=DDPGradientSync(ddp, optimizer), splits=splits,
-                          loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog)
-        return train_and_report(
-            trainer, backend="native", launcher=launcher, history=history,
-            on_epoch_end=lambda epoch, history: save_checkpoint(epoch, history, model, optimizer),
-        )
+    # DDP: wrapping broadcasts rank 0's parameters and buffers, then averages gradients during backward.
+    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    trainer = Trainer(ctx=ctx, cfg=cfg, model=ddp, module=model, optimizer=optimizer,
+                      sync=DDPGradientSync(ddp, optimizer), splits=splits,
+                      loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog)
+    return train_and_report(
+        trainer, backend="native", launcher=launcher, history=history, restarts=restarts,
+        on_epoch_end=lambda epoch, history: save_checkpoint(epoch, history, model, optimizer),
+    )
 
 
 def train_func(config: dict[str, Any]) -> None:
@@ -104,21 +104,45 @@ def train_func(config: dict[str, Any]) -> None:
     ctx = DistContext(rank=context.get_world_rank(), world_size=context.get_world_size(),
                       local_rank=context.get_local_rank(), device=device, all_reduce=torch_all_reduce(device))
     cfg = TrainConfig.from_dict(config["config"])
-    # Ray's own checkpoint (a retry after --max-failures, or a rerun with the same --name) comes first, then
-    # --checkpoint-dir, as under torchrun.
-    resume_from = ray.train.get_checkpoint()
-    if resume_from:
+    # The newer of Ray's own checkpoint (a retry after --max-failures, or a rerun with the same --name) and the
+    # run's checkpoint folder (see ray_jobs.cluster.run_checkpoints): Ray may not have registered the last one.
+    states = [resume_state(cfg, "native", "ray")]
+    if resume_from := ray.train.get_checkpoint():
         with resume_from.as_directory() as directory:
-            state = checkpoint.load(directory)
-    else:
-        state = resume_state(cfg, "native", "ray")
-    train(ctx, cfg, "ray", state=state, save_checkpoint=_ray_report(ctx, cfg, config["ray_checkpoints"]))
+            states.append(checkpoint.load(directory))
+    state = max((s for s in states if s), key=lambda s: s["epoch"], default=None)
+    with Watchdog(cfg.stall_timeout_s, phase="starting") as watchdog:
+        try:
+            train(ctx, cfg, "ray", state=state, save_checkpoint=_ray_report(ctx, cfg, config["ray_checkpoints"]),
+                  watchdog=watchdog, restarts=_count_start(ctx, config["starts_file"]))
+        except RuntimeError as error:
+            if not _lost_peer(error):
+                raise
+            leave(peer_lost(error, ctx.rank, "ray"))
+
+
+def _lost_peer(error: RuntimeError) -> bool:
+    """Whether a collective failed because a peer went away: gloo raises a plain RuntimeError from its transport
+    ("Connection closed by peer", "Connection reset by peer"), NCCL and the store a DistError."""
+    return isinstance(error, dist.DistError) or "gloo/transport" in str(error)
+
+
+def _count_start(ctx: DistContext, starts_file: str) -> int:
+    """This start's number, from 0: Ray Train restarts the whole worker group after a failure (--max-failures)
+    and does not tell the workers, so rank 0 counts starts in a file the driver made for this run."""
+    if not ctx.is_main:
+        return 0
+    with open(starts_file, "a+") as f:
+        f.seek(0)
+        earlier = len(f.read().splitlines())
+        f.write("start\n")
+    return earlier
 
 
 def _ray_report(ctx: DistContext, cfg: TrainConfig, ray_checkpoints: bool):
     import ray.train
 
-    to_directory = checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir, cfg, "native", "ray")
+    to_directory = checkpoint.directory_saver(ctx.rank, cfg.checkpoint_dir, cfg, "native", "ray")
 
     def report(epoch: int, history: History, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         metrics = {k: v for k, v in history.epochs[-1].items() if isinstance(v, (int, float))}
@@ -129,6 +153,8 @@ def _ray_report(ctx: DistContext, cfg: TrainConfig, ray_checkpoints: bool):
                 checkpoint.save(directory, module, optimizer, history, cfg, "native", "ray")
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
         else:
+            if ray_checkpoints:
+                faults.point("checkpoint", ctx.rank, epoch)  # a peer dying while rank 0 writes
             ray.train.report(metrics)
 
     return report
@@ -144,28 +170,45 @@ def main() -> int:
     if "LOCAL_RANK" not in os.environ:
         raise ConfigError("start this module with torchrun --nproc-per-node N -m native_ddp.train, "
                           "or use python -m ray_jobs.train --backend native")
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and int(os.environ["TORCHELASTIC_MAX_RESTARTS"]):
+        # torch keeps the agent's rendezvous store for every attempt and its keys carry no attempt number, so
+        # restarted ranks can read the dead ranks' gloo addresses: "Connection refused", or a hang in
+        # connectFullMesh (pytorch#135712). The static rendezvous (torchrun's default) always shares it.
+        raise ConfigError("torchrun --max-restarts restarts reliably only with a fresh store per attempt: run "
+                          "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone (or --rdzv-backend c10d "
+                          "--rdzv-endpoint HOST:PORT) ... (README: Workers that die)")
     preflight.check_config(cfg)  # again with the world size once the group exists
     local_rank = int(os.environ["LOCAL_RANK"])
     device = torch.device("cuda", local_rank) if cfg.use_gpu else torch.device("cpu")
     if cfg.use_gpu:
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cfg.use_gpu else "gloo")  # DDP: env:// from torchrun
-    try:
-        ctx = DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
-                          device=device, all_reduce=torch_all_reduce(device))
-        cli.setup_logging(ctx.rank)
-        cfg = replace(cfg, workers=ctx.world_size)
-        preflight.check_config(cfg)  # every rank checks alike, so a refusal ends them all before any collective
-        # Before any data is written; every rank reads the same file and so refuses alike, none left waiting.
-        state = resume_state(cfg, "native", "torchrun")
-        cfg = resolve_dataset(ctx, cfg)
-        doc = train(ctx, cfg, "torchrun", state=state,
-                    save_checkpoint=checkpoint.directory_saver(ctx.is_main, cfg.checkpoint_dir, cfg, "native",
-                                                               "torchrun"))
-        if doc:
-            log.info("results: %s", os.path.join(cfg.output_dir, "results.json"))
-    finally:
-        dist.destroy_process_group()
+    # From before the group exists: a peer that dies while the group forms must not leave this rank waiting
+    # for gloo's 30-minute default.
+    with Watchdog(cfg.stall_timeout_s) as watchdog:
+        faults.point("init", int(os.environ["RANK"]))
+        dist.init_process_group("nccl" if cfg.use_gpu else "gloo")  # DDP: env:// from torchrun
+        watchdog.kick("starting")
+        try:
+            ctx = DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
+                              device=device, all_reduce=torch_all_reduce(device))
+            cli.setup_logging(ctx.rank)
+            cfg = replace(cfg, workers=ctx.world_size)
+            preflight.check_config(cfg)  # every rank checks alike, so a refusal ends them all before any collective
+            # Before any data is written; every rank reads the same file and so refuses alike, none left waiting.
+            state = resume_state(cfg, "native", "torchrun")
+            cfg = resolve_dataset(ctx, cfg)
+            doc = train(ctx, cfg, "torchrun", state=state, watchdog=watchdog,
+                        restarts=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                        save_checkpoint=checkpoint.directory_saver(ctx.rank, cfg.checkpoint_dir, cfg, "native",
+                                                                   "torchrun"))
+            if doc:
+                log.info("results: %s", os.path.join(cfg.output_dir, "results.json"))
+        except RuntimeError as error:
+            if not _lost_peer(error):
+                raise
+            raise peer_lost(error, int(os.environ["RANK"]), "torchrun", cfg.checkpoint_dir) from None
+        finally:
+            dist.destroy_process_group()
     return 0
 
 

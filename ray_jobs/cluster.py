@@ -3,9 +3,11 @@
 import logging
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
-from workload.config import ConfigError
+from workload import faults
+from workload.config import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 10
@@ -29,6 +31,28 @@ class RayRunOptions:
             raise ConfigError(f"--max-failures must be >= 0, got {self.max_failures}")
 
 
+RETRY_CHECKPOINTS = "retry-checkpoints"
+
+
+def run_checkpoints(backend: str, cfg: TrainConfig, options: RayRunOptions) -> tuple[TrainConfig, bool]:
+    """`cfg` with the folder this run on Ray checkpoints to after every epoch, and whether that folder is this
+    run's alone (made for --max-failures, removed when the run succeeds).
+
+    --checkpoint-dir wins. With --name: <storage-path>/<name>/<backend>-checkpoints, so rerunning the name resumes.
+    With only --max-failures: <output-dir>/retry-checkpoints. Native DDP also reports Ray Train checkpoints, and
+    resumes from whichever is newer: Ray registers a reported checkpoint only when its controller next polls the
+    workers, so a worker killed just after an epoch would otherwise lose that epoch.
+    """
+    if cfg.checkpoint_dir:
+        return cfg, False
+    if options.name:
+        storage = Path(options.storage_path or Path.home() / "ray_results").expanduser().resolve()
+        return replace(cfg, checkpoint_dir=str(storage / options.name / f"{backend}-checkpoints")), False
+    if options.max_failures:
+        return replace(cfg, checkpoint_dir=str(Path(cfg.output_dir) / RETRY_CHECKPOINTS)), True
+    return cfg, False
+
+
 def connect() -> None:
     """Join RAY_ADDRESS (set inside `ray job submit`), else a `ray start` cluster on this machine, else start one."""
     import ray
@@ -36,8 +60,10 @@ def connect() -> None:
     if ray.is_initialized():
         return
     check_address()
+    # Ray starts workers from its raylet, not from this driver: the test-only fault variable must be passed on.
+    fault = {faults.ENV: os.environ[faults.ENV]} if os.environ.get(faults.ENV) else {}
     try:
-        ray.init(log_to_driver=True)
+        ray.init(log_to_driver=True, runtime_env={"env_vars": fault} if fault else None)
     except ConnectionError as error:
         message = " ".join(str(error).split())
         # Seen with Ray 2.60: `ray start` turns token authentication on when ~/.ray/auth_token exists, and a
@@ -93,7 +119,10 @@ def user_error(error: BaseException) -> BaseException | None:
     exception in RayTaskError (Horovod's RayExecutor) or WorkerGroupError (Ray Train), with a traceback we
     would otherwise print instead of the one line that says what to fix."""
     from workload.cli import EXIT_CODES
+    from workload.distributed import PeerLost
 
+    # A lost peer is not the user's to fix: a retry (--max-failures) can get past it.
+    user_errors = tuple(kind for kind in EXIT_CODES if kind is not PeerLost)
     seen, todo = set(), [error]
     while todo:
         current = todo.pop()
@@ -101,11 +130,40 @@ def user_error(error: BaseException) -> BaseException | None:
             continue
         seen.add(id(current))
         cause = getattr(current, "cause", None)  # RayTaskError keeps the original exception here
-        if isinstance(current, tuple(EXIT_CODES)) and not hasattr(current, "cause"):
+        if isinstance(current, user_errors) and not hasattr(current, "cause"):
             return current
         todo += [cause, current.__cause__, current.__context__, getattr(current, "controller_failure", None),
                  *getattr(current, "worker_failures", {}).values()]
     return None
+
+
+def worker_failure(error: BaseException, options: RayRunOptions, resume_hint: str) -> BaseException | None:
+    """One line for a run that failed because a Ray worker died or lost its peer, or None for other errors.
+
+    Ray raises these with the dead actor's whole story (several tracebacks); what the user needs is which worker
+    died and how to go on. A worker that only lost its peer is named only when no worker died.
+    """
+    from ray.exceptions import RayActorError, RayError
+
+    from workload.distributed import PeerLost
+
+    try:
+        from ray.train.v2.api.exceptions import TrainingFailedError
+    except ImportError:  # Train V1
+        from ray.train import TrainingFailedError
+    if not isinstance(error, (RayError, TrainingFailedError, PeerLost)):
+        return None
+    failures = dict(getattr(error, "worker_failures", None) or {None: error})
+    died = {rank: cause for rank, cause in failures.items() if not isinstance(cause, PeerLost)} or failures
+    rank, cause = min(died.items(), key=lambda item: -1 if item[0] is None else item[0])
+    who = "a Ray worker" if rank is None else f"worker rank {rank}"
+    if isinstance(cause, RayActorError):
+        what = "died (its process exited: killed, out of memory, or crashed)"
+    else:
+        lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+        what = f"failed ({type(cause).__name__}: {(lines[0] if lines else '')[:160]})"
+    tried = f" after {options.max_failures} retr{'y' if options.max_failures == 1 else 'ies'}" if options.max_failures else ""
+    return PeerLost(f"{who} {what}{tried}; {resume_hint}")
 
 
 def require(workers: int, use_gpu: bool) -> None:

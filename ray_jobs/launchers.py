@@ -2,7 +2,8 @@
 
 - `ray`: native DDP through Ray Train's TorchTrainer, Horovod through horovod.ray.RayExecutor, from this driver
   (already joined to the cluster, as a long-lived driver or notebook is).
-- `torchrun`: `torchrun --standalone --nproc-per-node N -m native_ddp.train`, the whole command.
+- `torchrun`: `torchrun --standalone --nproc-per-node N -m native_ddp.train`, the whole command, with
+  TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (the setting under which torchrun's restarts work, see TORCHRUN_ENV).
 - `horovodrun`: `horovodrun -np N --gloo python -m horovod_ddp.train`, the whole command.
 - `local`: the single-process references (workload/reference.py).
 
@@ -28,6 +29,10 @@ LAUNCHERS = ("ray", "torchrun", "horovodrun")
 VANILLA = {"native": "torchrun", "horovod": "horovodrun"}
 """The launcher each backend ships with, the baseline Ray is measured against."""
 LOG = "launcher.log"
+TORCHRUN_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+"""torchrun's shared rendezvous store outlives a restart and its keys carry no attempt number, so restarted ranks
+can read the dead ranks' gloo addresses (Connection refused, or a hang in connectFullMesh; pytorch#135712). With
+this, each attempt's ranks make a fresh store. native_ddp.train refuses --max-restarts without it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +87,29 @@ def run(arm: Arm, cfg: TrainConfig) -> dict[str, Any]:
     return phases.finish(cfg.output_dir, start)
 
 
-def command(arm: Arm, cfg: TrainConfig) -> list[str]:
+def command(arm: Arm, cfg: TrainConfig, *, restarts: int = 0, ray_options: RayRunOptions | None = None) -> list[str]:
+    """The command a user types for `arm`: torchrun or horovodrun, or `python -m ray_jobs.train` for Ray.
+
+    `restarts`: torchrun's --max-restarts. `ray_options`: --name, --storage-path and --max-failures for Ray.
+    """
+    if arm.launcher == "ray":
+        options = ray_options or RayRunOptions()
+        extra = [*(["--name", options.name] if options.name else []),
+                 *(["--storage-path", options.storage_path] if options.storage_path else []),
+                 *(["--max-failures", str(options.max_failures)] if options.max_failures else [])]
+        return [sys.executable, "-m", "ray_jobs.train", "--backend", arm.backend, *cli.config_to_args(cfg), *extra]
     flags = cli.config_to_args(cfg, exclude=("workers",))
     if arm.launcher == "torchrun":
         # --standalone: a private rendezvous on a free port, so runs never collide on torchrun's default 29500.
         return [_executable("torchrun"), "--standalone", "--nproc-per-node", str(cfg.workers),
-                "-m", "native_ddp.train", *flags]
+                *(["--max-restarts", str(restarts)] if restarts else []), "-m", "native_ddp.train", *flags]
     return [_executable("horovodrun"), "-np", str(cfg.workers), "--gloo", sys.executable, "-m", "horovod_ddp.train",
             *flags]
+
+
+def environment(arm: Arm) -> dict[str, str]:
+    """What the launcher's own environment needs on top of the user's."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1", **(TORCHRUN_ENV if arm.launcher == "torchrun" else {})}
 
 
 def _run_command(arm: Arm, cfg: TrainConfig) -> None:
@@ -98,7 +118,7 @@ def _run_command(arm: Arm, cfg: TrainConfig) -> None:
     log_path = Path(cfg.output_dir) / LOG
     with log_path.open("w") as out:
         done = subprocess.run(command(arm, cfg), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                              env=environment(arm))
     if done.returncode:
         lines = [line for line in log_path.read_text(errors="replace").splitlines() if "error" in line.lower()]
         raise RuntimeError(f"{arm.launcher} exited with {done.returncode}: "

@@ -9,10 +9,12 @@ Inside `ray job submit` it joins the job's cluster; run directly it joins RAY_AD
 
 import argparse
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
-from ray_jobs.cluster import RayRunOptions, check_address, connect, require, user_error
+from ray_jobs.cluster import (RayRunOptions, check_address, connect, require, run_checkpoints, user_error,
+                              worker_failure)
 from workload import checkpoint, cli, data, phases, preflight, results
 from workload.config import ConfigError, TrainConfig, check_backend_options
 from workload.run import resume_state
@@ -44,11 +46,9 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
     preflight.check_name(options.name)
     if options.storage_path:
         preflight.writable_dir(options.storage_path, "--storage-path")
-    if backend == "horovod":
-        from horovod_ddp.launch import with_run_checkpoints
-
-        cfg = with_run_checkpoints(cfg, options)
-    resume = _resume_state(backend, cfg, options)
+    cfg, retry_only = run_checkpoints(backend, cfg, options)
+    # A retry folder left in this output folder by an earlier run is not this run's: nobody asked to resume it.
+    resume = None if retry_only else _resume_state(backend, cfg, options)
     check_address()
     cfg = data.resolve(cfg)
     if resume:
@@ -56,19 +56,38 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
         checkpoint.check_resume(state, cfg, where, backend, "ray")  # again, now that `auto` has become a dataset
     connect()
     require(cfg.workers, cfg.use_gpu)
+    if retry_only:
+        shutil.rmtree(cfg.checkpoint_dir, ignore_errors=True)
     try:
-        return BACKENDS[backend](cfg, options)
+        doc = BACKENDS[backend](cfg, options)
+        if retry_only:
+            shutil.rmtree(cfg.checkpoint_dir, ignore_errors=True)  # the run succeeded: nothing left to resume
+        return doc
     except Exception as error:
         if (cause := user_error(error)) is not None:
             raise cause from None
+        if (failure := worker_failure(error, options, _resume_hint(backend, cfg, options))) is not None:
+            raise failure from None
         raise
+
+
+def _resume_hint(backend: str, cfg: TrainConfig, options: RayRunOptions) -> str:
+    """How to carry on after a worker failure, given where this run checkpointed."""
+    retry = "" if options.max_failures else "; add --max-failures N to retry automatically"
+    if options.name:
+        return f"rerun with the same --name {options.name} to resume after the last finished epoch{retry}"
+    if cfg.checkpoint_dir:
+        return f"rerun with --checkpoint-dir {cfg.checkpoint_dir} to resume after the last finished epoch{retry}"
+    return "nothing can resume it: pass --name (or --checkpoint-dir) and --max-failures N to retry from checkpoints"
 
 
 def _resume_state(backend: str, cfg: TrainConfig, options: RayRunOptions) -> tuple[dict[str, Any], str] | None:
     """The checkpoint a run would resume from, checked against `cfg` here rather than inside every worker.
 
-    Native DDP takes Ray Train's latest checkpoint of run --name first (as its workers will), then --checkpoint-dir.
+    Native DDP takes the newer of Ray Train's latest checkpoint of run --name and cfg.checkpoint_dir, as its
+    workers will.
     """
+    found = []
     if backend == "native" and options.name:
         run_dir = Path(options.storage_path or "~/ray_results").expanduser() / options.name
         if run_dir.is_dir():
@@ -84,9 +103,11 @@ def _resume_state(backend: str, cfg: TrainConfig, options: RayRunOptions) -> tup
                     raise ConfigError(f"{run_dir} holds another program's Ray Train checkpoints; choose another "
                                       "--name (or --storage-path)")
                 checkpoint.check_resume(state, cfg, latest.path, backend, "ray")
-                return state, latest.path
+                found.append((state, latest.path))
     state = resume_state(cfg, backend, "ray")
-    return (state, cfg.checkpoint_dir) if state else None
+    if state:
+        found.append((state, cfg.checkpoint_dir))
+    return max(found, key=lambda pair: pair[0]["epoch"], default=None)
 
 
 def main() -> int:

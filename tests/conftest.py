@@ -19,10 +19,18 @@ BIN = Path(sys.executable).parent
 TRAIN_SIZE, TEST_SIZE = 6000, 1000
 
 
+# Ports Ray takes by default for its other components (seen: a free port of 52365 for the dashboard collided with
+# the dashboard agent's default); worker ports are 10002-19999.
+RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365}
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in RAY_DEFAULT_PORTS:
+            return port
 
 
 def run_command(command: list[str], env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from workload import faults
 from workload.config import RESUMABLE_CHANGES, ConfigError, TrainConfig, resume_conflicts
 from workload.model import ConvNet
 from workload.trainer import History
@@ -25,6 +26,8 @@ def save(directory: str | Path, module: nn.Module, optimizer: torch.optim.Optimi
          cfg: TrainConfig, backend: str, launcher: str) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob(f".{FILENAME}.*"):
+        stale.unlink(missing_ok=True)  # a write that a kill cut short; the checkpoint beside it is still whole
     state = {
         "epoch": history.last_epoch,
         "model": module.state_dict(),
@@ -38,6 +41,7 @@ def save(directory: str | Path, module: nn.Module, optimizer: torch.optim.Optimi
     with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{FILENAME}.", delete=False) as f:
         torch.save(state, f)
         f.flush()
+        faults.point("checkpoint", 0, history.last_epoch)  # only rank 0 writes
         os.fsync(f.fileno())
     os.replace(f.name, directory / FILENAME)
     return directory / FILENAME
@@ -90,11 +94,15 @@ def restore(state: dict[str, Any], module: nn.Module, optimizer: torch.optim.Opt
     return History(**state["history"])
 
 
-def directory_saver(is_main: bool, directory: str, cfg: TrainConfig, backend: str, launcher: str):
+def directory_saver(rank: int, directory: str, cfg: TrainConfig, backend: str, launcher: str):
     """An on_epoch_end callback for launchers without a checkpoint store of their own: rank 0 saves to `directory`."""
 
     def save_epoch(epoch: int, history: History, module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        if directory and is_main:
+        if not directory:
+            return
+        if rank == 0:
             save(directory, module, optimizer, history, cfg, backend, launcher)
+        else:
+            faults.point("checkpoint", rank, epoch)  # a peer dying while rank 0 writes
 
     return save_epoch

@@ -10,11 +10,12 @@ from dataclasses import MISSING, fields
 
 from workload.config import ConfigError, TrainConfig
 from workload.data import DataError
-from workload.distributed import launcher_rank
+from workload.distributed import PeerLost, launcher_rank
 from workload.trainer import Diverged
 
-# Settings the user can fix: one line, exit code 2. A diverged run is a failed run: one line, exit code 1.
-EXIT_CODES = {ConfigError: 2, DataError: 2, Diverged: 1}
+# Settings the user can fix: one line, exit code 2. A diverged run, or one whose peer died, is a failed run: one
+# line, exit code 1.
+EXIT_CODES = {ConfigError: 2, DataError: 2, Diverged: 1, PeerLost: 1}
 
 
 class Parser(argparse.ArgumentParser):
@@ -24,9 +25,10 @@ class Parser(argparse.ArgumentParser):
         fail(f"{message} (see --help)", 2)
 
 
-def fail(message: str, code: int) -> None:
-    """Exit with `code` after one `error:` line; under torchrun or horovodrun only rank 0 prints it."""
-    if launcher_rank() == 0:
+def fail(message: str, code: int, every_rank: bool = False) -> None:
+    """Exit with `code` after one `error:` line; under torchrun or horovodrun only rank 0 prints it, unless
+    `every_rank` (a lost peer: the rank that would have printed may be the one that died)."""
+    if every_rank or launcher_rank() == 0:
         print(f"error: {message}", file=sys.stderr, flush=True)
     sys.exit(code)
 
@@ -92,5 +94,6 @@ def run(main: Callable[[], int | None]) -> None:
     try:
         code = main()
     except tuple(EXIT_CODES) as error:
-        fail(str(error), next(code for kind, code in EXIT_CODES.items() if isinstance(error, kind)))
+        fail(str(error), next(code for kind, code in EXIT_CODES.items() if isinstance(error, kind)),
+             every_rank=isinstance(error, PeerLost))
     sys.exit(code or 0)

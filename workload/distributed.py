@@ -1,9 +1,12 @@
 """The one place that knows rank, world size and device. Backends build a DistContext once and pass it in."""
 
 import os
+import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import torch
 from torch import Tensor
@@ -38,6 +41,40 @@ class DistContext:
     def same_on_all_ranks(self, value: int) -> bool:
         both = self.all_reduce(torch.tensor([value, -value], dtype=torch.int64), "max")
         return int(both[0]) == -int(both[1])
+
+
+class PeerLost(RuntimeError):
+    """A collective failed because another rank died or left: this rank ends too, in one line saying how to resume."""
+
+
+def leave(error: PeerLost) -> NoReturn:
+    """End a Ray worker that lost its peer with its one line: raised, Ray would print our traceback with it.
+
+    Ray then sees the worker die, which is what happened to the run: Ray Train's FailureConfig, or the Horovod
+    launcher's retry loop, restarts the group, and the driver prints the one line for the run.
+    """
+    print(f"error: {error}", file=sys.stderr, flush=True)
+    os._exit(1)
+
+
+RESUME_HINTS = {
+    "torchrun": "rerun with the same --checkpoint-dir to resume after the last finished epoch",
+    "horovodrun": "rerun with the same --checkpoint-dir to resume after the last finished epoch",
+    "ray": "ending this worker; the driver says how to resume",
+}
+NO_CHECKPOINT_HINT = "nothing was checkpointed: pass --checkpoint-dir to be able to resume"
+
+
+def peer_lost(error: BaseException, rank: int, launcher: str, checkpoint_dir: str = "") -> PeerLost:
+    """The one line for a collective that failed because a peer went away: what failed, and how to go on."""
+    # gloo's text starts with its source location and goes on with advice about other logs: its first sentence.
+    reason = re.sub(r"^\[[^\]]*\] ", "", " ".join(str(error).split())).split(". ")[0][:160]
+    hint = RESUME_HINTS[launcher] if checkpoint_dir or launcher == "ray" else NO_CHECKPOINT_HINT
+    left = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) - int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if launcher == "torchrun" and checkpoint_dir and left > 0:
+        hint = f"torchrun restarts the workers from the last checkpoint ({left} restart(s) left)"
+    return PeerLost(f"rank {rank} lost a peer: another rank died or left "
+                    f"({type(error).__name__}: {reason}); {hint}")
 
 
 def single_process(device: torch.device | None = None) -> DistContext:

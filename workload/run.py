@@ -70,6 +70,7 @@ def train_and_report(
     backend: str,
     launcher: str,
     history: History | None = None,
+    restarts: int = 0,
     on_epoch_end: Callable[[int, History], None] = lambda epoch, history: None,
 ) -> dict[str, Any] | None:
     """Train the remaining epochs; rank 0 writes results.json and returns it, the other ranks return None."""
@@ -92,7 +93,7 @@ def train_and_report(
         backend=backend, launcher=launcher, workers=trainer.ctx.world_size * len(trainer.loaders), cfg=trainer.cfg,
         history=history,
         wall_time_s=wall_time, extra={
-            "resumed_from_epoch": resumed_from, **extra, "timestamps": stamps,
+            "resumed_from_epoch": resumed_from, "restarts": restarts, **extra, "timestamps": stamps,
             # Provisional, from the command that started the workers; launchers that know better replace them.
             "phases": phases.phases(stamps, phases.launcher_started(), time.time()),
             "eval_time_s": sum(e["eval_time_s"] for e in trained),

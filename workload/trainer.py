@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, DistributedSampler
 
+from workload import faults
 from workload.config import TrainConfig
 from workload.data import Splits
 from workload.distributed import DistContext
@@ -113,6 +114,7 @@ class Trainer:
         return torch.stack(losses).mean(), sync_s
 
     def fit(self, history: History, on_epoch_end: Callable[[int, History], None]) -> History:
+        faults.announce(self.ctx.rank)
         steps = min(len(loader) for loader in self.loaders)
         if self.cfg.max_steps_per_epoch:
             steps = min(steps, self.cfg.max_steps_per_epoch)
@@ -131,6 +133,9 @@ class Trainer:
             start = time.perf_counter()
             on_epoch_end(epoch, history)
             self.checkpoint_time_s += time.perf_counter() - start
+            faults.epoch_done(self.ctx.rank, epoch)
+            if self.watchdog:
+                self.watchdog.kick()
         self.stamps["training_done"] = time.time()
         return history
 
@@ -150,6 +155,7 @@ class Trainer:
             times.append((t1 - t0, t2 - t1 - sync_s, sync_s, sum(len(y) for _, y in micro_batches)))
             if self.watchdog:
                 self.watchdog.kick()
+            faults.point("step", self.ctx.rank, epoch, step)
             self.stamps.setdefault("first_step_done", time.time())
             if step % self.cfg.log_every == 0 or step == steps:
                 # Outside the timed region: the allreduce and .item() are sync points.
@@ -164,11 +170,14 @@ class Trainer:
         # Every rank holds the same averaged losses, so every rank stops here together.
         self._check_finite(float(step_losses.sum()), epoch, steps)
         eval_start = time.perf_counter()
+        if self.watchdog:
+            self.watchdog.kick("evaluating")
+        faults.point("eval", self.ctx.rank, epoch)
         test_loss, test_accuracy = self.evaluate()
         # The last update of an epoch can break the weights after its loss was taken: the test loss shows it.
         self._check_finite(test_loss, epoch, steps)
         if self.watchdog:
-            self.watchdog.kick()
+            self.watchdog.kick("saving the checkpoint")
         history.step_losses.extend(step_losses.tolist())
         return {
             "epoch": epoch,
@@ -210,6 +219,8 @@ class Trainer:
         """Whether every rank ends with the same parameters and BatchNorm buffers, and each rank's peak RSS."""
         rss_mb = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024], dtype=torch.float64)
         return {
+            # The final weights, bit for bit: a resumed run must end where the uninterrupted run ends.
+            "parameters_sha256": _sha256(self.module.parameters()).hexdigest(),
             "parameters_identical_across_ranks": self.ctx.same_on_all_ranks(_digest(self.module.parameters())),
             "buffers_identical_across_ranks": self.ctx.same_on_all_ranks(_digest(self.module.buffers())),
             "peak_rss_mb_per_worker": self.ctx.gather_rows(rss_mb).flatten().tolist(),
@@ -232,9 +243,13 @@ class Trainer:
         return time.perf_counter()
 
 
-def _digest(tensors: Any) -> int:
+def _sha256(tensors: Any) -> "hashlib._Hash":
     h = hashlib.sha256()
     for tensor in tensors:
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h
+
+
+def _digest(tensors: Any) -> int:
     # 7 bytes fit an int64 with room for its negation.
-    return int.from_bytes(h.digest()[:7], "big")
+    return int.from_bytes(_sha256(tensors).digest()[:7], "big")

@@ -1,4 +1,7 @@
-"""End a rank that stops making progress: a stalled peer otherwise blocks every collective forever.
+"""End a rank that stops making progress: a stalled or dead peer otherwise blocks every collective forever.
+
+Each worker starts it before its process group exists (`init_process_group`, `hvd.init`) and keeps it until the
+end, so one bound covers joining the group, training, evaluation and checkpoints alike.
 
 Horovod's own stall shutdown (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS) did not fire here for a peer that never
 submits its tensor (Horovod 0.28.1, Gloo), and gloo's DDP timeout defaults to 30 minutes, so both backends
@@ -17,8 +20,9 @@ STALL_EXIT_CODE = 3
 
 
 class Watchdog:
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, phase: str = "joining the process group") -> None:
         self.timeout_s = timeout_s
+        self.phase = phase
         self._last = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="stall-watchdog", daemon=True)
@@ -31,15 +35,16 @@ class Watchdog:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
 
-    def kick(self) -> None:
-        """Progress was made (a step or an evaluation finished)."""
+    def kick(self, phase: str = "training") -> None:
+        """Progress was made (the group formed, a step, an evaluation or a checkpoint finished); `phase` is next."""
         self._last = time.monotonic()
+        self.phase = phase
 
     def _watch(self) -> None:
         while not self._stop.wait(min(1.0, self.timeout_s / 4)):
             idle = time.monotonic() - self._last
             if idle > self.timeout_s:
-                message = (f"error: no training progress for {idle:.0f} s (--stall-timeout-s {self.timeout_s:g}); "
-                           "a peer has stalled or died, ending this rank")
+                message = (f"error: no progress for {idle:.0f} s while {self.phase} (--stall-timeout-s "
+                           f"{self.timeout_s:g}); a peer has stalled or died, ending this rank")
                 print(message, file=sys.stderr, flush=True)
                 os._exit(STALL_EXIT_CODE)

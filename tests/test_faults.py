@@ -1,0 +1,185 @@
+"""Workers die, runs do not: one killed worker per launcher, survived bit for bit; bounded hangs; clean failures.
+
+Every kill is a real SIGKILL of a training process, placed by the test-only WORKLOAD_FAULT variable
+(workload/faults.py), or sent from outside (Ray). `python -m ray_jobs.fault_trials` runs the same trials N times.
+"""
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ray_jobs import fault_trials, launchers
+from ray_jobs.fault_trials import ARMS
+from tests.conftest import BIN, TEST_SIZE, TRAIN_SIZE, run_command
+from workload import data, faults, results
+from workload.config import TrainConfig
+
+pytestmark = [pytest.mark.faults, pytest.mark.cluster]
+
+
+@pytest.fixture(scope="module")
+def trial_cfg(tmp_path_factory) -> TrainConfig:
+    """3 epochs of 30 steps on 2 workers: the kill lands in epoch 2, after its step 10."""
+    cfg = TrainConfig(workers=2, epochs=3, dataset="synthetic", data_dir=str(tmp_path_factory.mktemp("data")),
+                      synthetic_train_size=TRAIN_SIZE, synthetic_test_size=TEST_SIZE, log_every=10,
+                      stall_timeout_s=60)
+    return data.resolve(cfg)
+
+
+@pytest.fixture(scope="module")
+def references(trial_cfg, tmp_path_factory):
+    """One uninterrupted run per launcher, made when a test first asks for it."""
+    made = {}
+
+    def get(name: str) -> dict:
+        if name not in made:
+            made[name] = fault_trials.run_reference(name, trial_cfg, tmp_path_factory.mktemp(f"{name}-whole"))
+        return made[name]
+
+    return get
+
+
+@pytest.fixture
+def on_test_cluster(ray_cluster, monkeypatch):
+    """Ray commands join the session's cluster instead of starting their own Ray."""
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)
+
+
+def assert_survived(trial: fault_trials.Trial) -> None:
+    assert fault_trials.survived(trial), trial
+    assert trial.resumed_from_epoch == 1 and trial.epochs == [1, 2, 3], trial
+
+
+@pytest.mark.parametrize("name", ["torchrun", "horovodrun"])
+def test_a_killed_rank_is_survived_bit_for_bit(name, trial_cfg, references, tmp_path):
+    trial = fault_trials.run_trial(name, 1, trial_cfg, tmp_path, references(name), "fault")
+    assert_survived(trial)
+    if name == "torchrun":
+        assert trial.restarts == 1 and trial.starts == 1  # torchrun restarted it, nobody reran it
+    else:
+        assert trial.starts == 2  # horovodrun ended the job; the same command again resumed it
+
+
+@pytest.mark.parametrize("name", ["ray-native", "ray-horovod"])
+def test_ray_retries_a_killed_worker_bit_for_bit(name, trial_cfg, references, tmp_path, on_test_cluster):
+    trial = fault_trials.run_trial(name, 1, trial_cfg, tmp_path, references(name), "fault")
+    assert_survived(trial)
+    assert trial.restarts == 1 and trial.starts == 1
+
+
+def test_ray_survives_a_sigkill_from_outside(trial_cfg, references, tmp_path, on_test_cluster):
+    trial = fault_trials.run_trial("ray-native", 1, trial_cfg, tmp_path, references("ray-native"), "sigkill")
+    assert_survived(trial)
+
+
+@pytest.mark.parametrize("rank", [0, 1], ids=["the-writer", "its-peer"])
+def test_a_kill_during_the_checkpoint_write_resumes_from_the_last_whole_checkpoint(rank, trial_cfg, references,
+                                                                                  tmp_path):
+    # Rank 0 dies after writing epoch 2's checkpoint to its temporary file, before the rename; or rank 1 dies
+    # while rank 0 writes. Either way the rerun starts from a whole checkpoint and ends bit-identical.
+    trial = fault_trials.run_trial("horovodrun", 1, trial_cfg, tmp_path, references("horovodrun"), "fault",
+                                   where=f"rank={rank},epoch=2,at=checkpoint")
+    assert fault_trials.survived(trial), trial
+    assert trial.resumed_from_epoch == (1 if rank == 0 else trial.resumed_from_epoch) and trial.epochs == [1, 2, 3]
+    assert not list((tmp_path / "checkpoints").glob(".checkpoint.pt.*"))  # the cut-short write was cleared
+
+
+def _plain_run(name: str, cfg: TrainConfig, folder: Path, fault: str, env: dict | None = None,
+               restarts: int = 0) -> subprocess.CompletedProcess:
+    arm = ARMS[name]
+    cfg = replace(cfg, output_dir=str(folder / "out"))
+    command = launchers.command(arm, cfg, restarts=restarts)
+    full = {**launchers.environment(arm), faults.ENV: fault, **(env or {})}
+    return subprocess.run(command, env=full, capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+
+
+@pytest.mark.parametrize("name", ["torchrun", "horovodrun", "ray-native"])
+def test_not_asked_to_recover_it_fails_in_one_line(name, trial_cfg, tmp_path, request):
+    if name.startswith("ray"):
+        request.getfixturevalue("on_test_cluster")
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    result = _plain_run(name, trial_cfg, tmp_path, f"rank=1,epoch=2,step=10,pids={pids}")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    # horovodrun prefixes each rank's lines with "[rank]<stderr>:".
+    ours = [re.sub(r"^\[\d+\]<std\w+>:", "", line) for line in output.splitlines()]
+    ours = [line for line in ours if line.startswith("error: ")]
+    assert len(ours) == 1, output[-3000:]
+    assert "lost a peer" in ours[0] or "failed" in ours[0], ours
+    assert ("--checkpoint-dir" in ours[0] or "--name" in ours[0]), ours  # how to be able to resume
+    # No traceback of ours: the launchers' own reports (torchrun's ChildFailedError, Ray's actor errors) may follow.
+    assert "native_ddp/train.py" not in output and "horovod_ddp/train.py" not in output, output[-3000:]
+    assert not (tmp_path / "out" / results.FILENAME).exists()
+    _assert_gone(pids)
+
+
+def _assert_gone(pids: Path) -> None:
+    """Every training process the run started has exited."""
+    deadline = time.monotonic() + 30
+    for pid_file in pids.glob("rank*.pid"):
+        pid = int(pid_file.read_text())
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _alive(pid), f"{pid_file.stem} (pid {pid}) outlived its run"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return state != "Z"
+
+
+@pytest.mark.parametrize("where, phase", [
+    ("epoch=0,at=init", "while joining the process group"),  # gloo alone would wait 30 minutes
+    ("epoch=1,at=eval", "while evaluating"),
+    ("epoch=1,at=checkpoint", "no progress for"),
+], ids=["joining", "evaluating", "checkpointing"])
+def test_a_stuck_peer_ends_the_run_within_the_bound(where, phase, trial_cfg, tmp_path):
+    # Rank 1 hangs (alive, silent): rank 0 waits in a collective until the watchdog ends it at its bound.
+    cfg = replace(trial_cfg, stall_timeout_s=10, checkpoint_dir=str(tmp_path / "checkpoints"))
+    start = time.monotonic()
+    result = _plain_run("torchrun", cfg, tmp_path, f"rank=1,{where},how=hang")
+    assert result.returncode != 0
+    assert time.monotonic() - start < 10 + 40  # the bound, plus start-up, an epoch, and torchrun's teardown
+    assert "no progress for" in result.stderr and phase in result.stderr, result.stderr[-3000:]
+    assert not (tmp_path / "out" / results.FILENAME).exists()
+
+
+def test_torchrun_restarts_without_a_store_per_attempt_are_refused(trial_cfg, tmp_path):
+    result = _plain_run("torchrun", trial_cfg, tmp_path, "", env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"},
+                        restarts=1)
+    assert result.returncode != 0
+    assert "error: torchrun --max-restarts restarts reliably only with a fresh store" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_horovod_on_ray_max_failures_without_a_name_checkpoints_in_the_output_folder(trial_cfg, references, tmp_path,
+                                                                                      on_test_cluster):
+    cfg = replace(trial_cfg, output_dir=str(tmp_path / "out"))
+    command = [*launchers.command(ARMS["ray-horovod"], cfg), "--max-failures", "1"]
+    env = {**launchers.environment(ARMS["ray-horovod"]),
+           faults.ENV: f"rank=1,epoch=2,step=10,once={tmp_path / 'killed'}"}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    doc = results.read(tmp_path / "out" / results.FILENAME)
+    assert doc["restarts"] == 1 and doc["resumed_from_epoch"] == 1
+    assert doc["step_losses"] == references("ray-horovod")["step_losses"]
+    assert not (tmp_path / "out" / "retry-checkpoints").exists()  # removed once the run succeeded
+
+
+def test_the_trial_script_refuses_bad_flags_in_one_line(tmp_path):
+    result = run_command([str(BIN / "python"), "-m", "ray_jobs.fault_trials", "--launchers", "ray,mpirun",
+                          "--output-dir", str(tmp_path / "x")], timeout=60)
+    assert result.returncode == 2 and result.stderr.startswith("error: --launchers takes distinct names")
+    assert not (tmp_path / "x").exists()
