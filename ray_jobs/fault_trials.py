@@ -6,7 +6,8 @@
 Every trial runs the command a user would type, with the launcher's way to recover turned on:
 
 - `ray-native`, `ray-horovod`: `python -m ray_jobs.train --backend B --max-failures 1 --name … --storage-path …`;
-- `torchrun`: `torchrun --standalone --max-restarts 1 … --checkpoint-dir …` (with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1);
+- `torchrun`: `torchrun --standalone --max-restarts 1 … --checkpoint-dir …`, with
+  TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1;
 - `horovodrun`: `horovodrun -np 2 … --checkpoint-dir …`, and when it fails, the same command again (horovodrun
   has no restart of its own; Horovod elastic needs a discovery script and hvd.elastic state, see README).
 
@@ -26,6 +27,7 @@ import subprocess
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +71,8 @@ def main() -> int:
                         help="fault: rank 1 kills itself after step 10 of epoch 2; sigkill: this script kills it "
                              "0.5 s after epoch 1's checkpoint (default: fault)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per run (default: 3)")
-    parser.add_argument("--output-dir", default="results/fault-trials", help="where runs and the table go")
+    parser.add_argument("--output-dir", default="results/fault-trials",
+                        help="runs and the table go into <output-dir>/<run-id>/")
     args = parser.parse_args()
     names = [n.strip() for n in args.launchers.split(",") if n.strip()]
     if not names or any(n not in ARMS for n in names) or len(set(names)) != len(names):
@@ -83,7 +86,10 @@ def main() -> int:
                               sorted({ARMS[n].backend for n in names}))
     base = TrainConfig(workers=2, epochs=args.epochs, dataset="synthetic", data_dir=str(root / "data"),
                        synthetic_train_size=6000, synthetic_test_size=1000, log_every=10, stall_timeout_s=60)
-    base = data.resolve(base)
+    base = data.resolve(base)  # the digits are a cache every invocation shares
+    # Every invocation in a folder of its own: an earlier one's checkpoints would otherwise be resumed from.
+    root = root / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    root.mkdir(parents=True)
     references = {name: run_reference(name, base, root / name / "uninterrupted") for name in names}
     trials = []
     for index in range(1, args.trials + 1):
@@ -180,10 +186,13 @@ def run_trial(name: str, index: int, base: TrainConfig, folder: Path, reference:
     trial.epochs = [e["epoch"] for e in doc["epochs"]]
     trial.identical = (doc["step_losses"] == reference["step_losses"]
                        and doc["parameters_sha256"] == reference["parameters_sha256"])
+    trained_s = sum(e["epoch_time_s"] + e["eval_time_s"] for e in doc["epochs"])
     if killed_at:
         trial.recovery_s = doc["timestamps"]["first_step_done"] - killed_at[0]
     else:
         trial.note = "no kill happened"
+    if doc["final"]["wall_time_s"] < trained_s:  # it must cover every epoch it reports, not the last attempt's
+        trial.note = f"final.wall_time_s {doc['final']['wall_time_s']:.1f} s < its epochs' {trained_s:.1f} s"
     return trial
 
 

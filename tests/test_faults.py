@@ -120,9 +120,9 @@ def test_not_asked_to_recover_it_fails_in_one_line(name, trial_cfg, tmp_path, re
     _assert_gone(pids)
 
 
-def _assert_gone(pids: Path) -> None:
-    """Every training process the run started has exited."""
-    deadline = time.monotonic() + 30
+def _assert_gone(pids: Path, bound_s: float = 30) -> None:
+    """Every training process the run started has exited, within `bound_s`."""
+    deadline = time.monotonic() + bound_s
     for pid_file in pids.glob("rank*.pid"):
         pid = int(pid_file.read_text())
         while _alive(pid) and time.monotonic() < deadline:
@@ -153,6 +153,27 @@ def test_a_stuck_peer_ends_the_run_within_the_bound(where, phase, trial_cfg, tmp
     assert time.monotonic() - start < 10 + 40  # the bound, plus start-up, an epoch, and torchrun's teardown
     assert "no progress for" in result.stderr and phase in result.stderr, result.stderr[-3000:]
     assert not (tmp_path / "out" / results.FILENAME).exists()
+
+
+def test_a_killed_torchrun_agent_leaves_no_rank_behind(trial_cfg, tmp_path):
+    # torch starts each rank in a session of its own, so SIGKILL to the agent kills no rank: they must still end
+    # by themselves within the bound (here they finish, as nothing they need lived in the agent).
+    arm = ARMS["torchrun"]
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    cfg = replace(trial_cfg, stall_timeout_s=10, output_dir=str(tmp_path / "out"))
+    env = {**launchers.environment(arm), faults.ENV: f"pids={pids}"}
+    agent = subprocess.Popen(launchers.command(arm, cfg), env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[1])
+    deadline = time.monotonic() + 120
+    while not (pids / "epoch1.done").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (pids / "epoch1.done").exists(), "epoch 1 never finished"
+    agent.kill()
+    agent.wait()
+    killed = time.monotonic()
+    _assert_gone(pids, bound_s=cfg.stall_timeout_s + 30)  # two epochs left, or the watchdog's bound, plus margin
+    assert time.monotonic() - killed < cfg.stall_timeout_s + 30
 
 
 def test_torchrun_restarts_without_a_store_per_attempt_are_refused(trial_cfg, tmp_path):

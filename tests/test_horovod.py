@@ -50,6 +50,8 @@ def test_resume_trains_only_the_new_epoch(two_ranks, base_cfg):
     assert second["resumed_from_epoch"] == 1 and [e["epoch"] for e in second["epochs"]] == [1, 2]
     assert second["epochs"][0] == first["epochs"][0]
     assert "Epoch [1/2]" not in result.stdout and "Epoch [2/2], Step" in result.stdout
+    # Its wall time covers both epochs it reports, the first run's included, not only its own attempt.
+    assert second["final"]["wall_time_s"] >= sum(e["epoch_time_s"] + e["eval_time_s"] for e in second["epochs"])
     # The resumed run is the uninterrupted run: momentum comes back too (it was lost when restored before the
     # DistributedOptimizer wrap, and the broadcast then sent zeros).
     whole = horovodrun(2, *data_flags(base_cfg), "--output-dir", str(root / "whole"), "--epochs", "2")

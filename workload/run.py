@@ -79,11 +79,17 @@ def train_and_report(
     if trainer.ctx.is_main:
         # A results.json in the output folder must describe a finished run: never leave an older one behind.
         (Path(trainer.cfg.output_dir) / results.FILENAME).unlink(missing_ok=True)
+    earlier = history.training_s  # by the attempts before this one, when it resumes
     start = time.perf_counter()
+
+    def save_epoch(epoch: int, history: History) -> None:
+        history.training_s = earlier + time.perf_counter() - start  # before the checkpoint, so it carries this
+        on_epoch_end(epoch, history)
+
     assert history.last_epoch < trainer.cfg.epochs, "checkpoint.check_resume refuses a resume with nothing to train"
-    history = trainer.fit(history, on_epoch_end)
+    history = trainer.fit(history, save_epoch)
     extra = trainer.consistency()
-    wall_time = time.perf_counter() - start
+    wall_time = earlier + time.perf_counter() - start
     if not trainer.ctx.is_main:
         return None
     stamps = {"workers_started": phases.process_started(), "process_group_ready": trainer.ctx.ready_at,

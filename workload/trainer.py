@@ -57,6 +57,9 @@ class History:
 
     step_losses: list[float] = field(default_factory=list)
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    training_s: float = 0.0
+    """Seconds spent training these epochs, in every attempt, up to the last epoch's checkpoint: a resumed run's
+    wall time then covers the epochs it reports, not only those of its last attempt."""
 
     @property
     def last_epoch(self) -> int:
