@@ -37,11 +37,11 @@ def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
             # Bad settings or a diverged run fail the same way every time: no retry.
             if attempt > options.max_failures or not cfg.checkpoint_dir or user_error(error):
                 raise
-            log.warning("attempt %d failed (%s); resuming from %s", attempt, _first_line(error), cfg.checkpoint_dir)
+            log.warning("attempt %d failed (%s); resuming from %s", attempt, _last_line(error), cfg.checkpoint_dir)
         finally:
             executor.shutdown()
 
 
-def _first_line(error: BaseException) -> str:
+def _last_line(error: BaseException) -> str:
     lines = [line for line in str(error).splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[-1].strip()[:200] if lines else ''}"

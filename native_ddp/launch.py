@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
     """Run `native_ddp.train.train_func` on `cfg.workers` Ray workers; return rank 0's results.json."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
+    from ray.train.torch import TorchConfig, TorchTrainer
 
     from native_ddp.train import train_func
 
@@ -33,6 +33,9 @@ def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
                            "starts_file": str(starts_file)},
         # DDP: Ray picks gloo on CPU and NCCL on GPU, and gives each worker its device.
         scaling_config=ScalingConfig(num_workers=cfg.workers, use_gpu=cfg.use_gpu),
+        # Ray forms the group before train_func (and its watchdog) starts, with a 30-minute default timeout: the
+        # stall bound covers joining here as under torchrun and horovodrun.
+        torch_config=TorchConfig(timeout_s=max(1, round(cfg.stall_timeout_s))),
         run_config=RunConfig(
             name=options.name,
             storage_path=options.storage_path,

@@ -153,8 +153,6 @@ def _ray_report(ctx: DistContext, cfg: TrainConfig, ray_checkpoints: bool):
                 checkpoint.save(directory, module, optimizer, history, cfg, "native", "ray")
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
         else:
-            if ray_checkpoints:
-                faults.point("checkpoint", ctx.rank, epoch)  # a peer dying while rank 0 writes
             ray.train.report(metrics)
 
     return report

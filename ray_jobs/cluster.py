@@ -141,7 +141,8 @@ def worker_failure(error: BaseException, options: RayRunOptions, resume_hint: st
     """One line for a run that failed because a Ray worker died or lost its peer, or None for other errors.
 
     Ray raises these with the dead actor's whole story (several tracebacks); what the user needs is which worker
-    died and how to go on. A worker that only lost its peer is named only when no worker died.
+    died and how to go on. A worker that only lost its peer is named only when no worker died; where Ray cannot
+    tell which worker went first, every failed rank is named.
     """
     from ray.exceptions import RayActorError, RayError
 
@@ -162,7 +163,13 @@ def worker_failure(error: BaseException, options: RayRunOptions, resume_hint: st
     else:
         lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
         what = f"failed ({type(cause).__name__}: {(lines[0] if lines else '')[:160]})"
-    tried = f" after {options.max_failures} retr{'y' if options.max_failures == 1 else 'ies'}" if options.max_failures else ""
+    if len(ranks := sorted(r for r in died if r is not None)) > 1:
+        # A worker that loses its peer ends its process too (distributed.leave), and Ray's health check, every 2 s,
+        # can then find both gone with the same error (seen: rank 1 killed, rank 0 blamed): none is singled out.
+        who = f"worker ranks {', '.join(map(str, ranks))}"
+        what += ": one died (killed, out of memory, or crashed) and a worker that loses its peer ends too"
+    retries = f"retr{'y' if options.max_failures == 1 else 'ies'}"
+    tried = f" after {options.max_failures} {retries}" if options.max_failures else ""
     return PeerLost(f"{who} {what}{tried}; {resume_hint}")
 
 

@@ -85,7 +85,9 @@ def test_a_kill_during_the_checkpoint_write_resumes_from_the_last_whole_checkpoi
     trial = fault_trials.run_trial("horovodrun", 1, trial_cfg, tmp_path, references("horovodrun"), "fault",
                                    where=f"rank={rank},epoch=2,at=checkpoint")
     assert fault_trials.survived(trial), trial
-    assert trial.resumed_from_epoch == (1 if rank == 0 else trial.resumed_from_epoch) and trial.epochs == [1, 2, 3]
+    # The writer dies before its rename: epoch 1's checkpoint is the last whole one. Its peer dies while the
+    # writer writes, which may or may not finish epoch 2's first.
+    assert trial.resumed_from_epoch in ((1,) if rank == 0 else (1, 2)) and trial.epochs == [1, 2, 3]
     assert not list((tmp_path / "checkpoints").glob(".checkpoint.pt.*"))  # the cut-short write was cleared
 
 
@@ -113,6 +115,8 @@ def test_not_asked_to_recover_it_fails_in_one_line(name, trial_cfg, tmp_path, re
     ours = [line for line in ours if line.startswith("error: ")]
     assert len(ours) == 1, output[-3000:]
     assert "lost a peer" in ours[0] or "failed" in ours[0], ours
+    if name.startswith("ray"):  # the driver names the killed rank, never its peer alone
+        assert "worker rank 1 " in ours[0] or "worker ranks 0, 1 " in ours[0], ours
     assert ("--checkpoint-dir" in ours[0] or "--name" in ours[0]), ours  # how to be able to resume
     # No traceback of ours: the launchers' own reports (torchrun's ChildFailedError, Ray's actor errors) may follow.
     assert "native_ddp/train.py" not in output and "horovod_ddp/train.py" not in output, output[-3000:]
