@@ -9,20 +9,24 @@ stalls mid-run ends it after --stall-timeout-s (default 300 s, see workload/watc
 check still logs its warning after HOROVOD_STALL_CHECK_TIME_SECONDS (set to 30 s here unless given).
 """
 
+import contextlib
 import dataclasses
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from workload import checkpoint, cli, data, faults, preflight
+from workload import checkpoint, cli, compression, data, faults, options, preflight
 from workload.config import ConfigError, TrainConfig
 from workload.distributed import DistContext, launcher_rank, leave, peer_lost
 from workload.run import build_model, on_main, resolve_dataset, resume_state, train_and_report
-from workload.trainer import History, Trainer, build_optimizer, shard_loader
+from workload.tracing import Tracer
+from workload.trainer import History, Trainer, amp_scaler, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -45,23 +49,33 @@ class HorovodGradientSync:
     def __init__(self, optimizer) -> None:
         self.optimizer = optimizer
 
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        # Horovod: backward_passes_per_step already holds the allreduce back until the last micro-batch.
+        return contextlib.nullcontext()
+
+    def group_done(self) -> None:
+        pass
+
     def wait(self, backward_end: float) -> float:
         start = time.perf_counter()
         self.optimizer.synchronize()  # Horovod: a sync point; waits for the averaged gradients
         return time.perf_counter() - start
 
-    def step(self) -> None:
+    def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
         with self.optimizer.skip_synchronize():  # Horovod: already synchronized in wait()
-            self.optimizer.step()
+            apply(self.optimizer)
 
 
-def init(use_gpu: bool) -> DistContext:
-    """hvd.init() with bounded stalls; the Horovod DistContext."""
+def init(cfg: TrainConfig) -> DistContext:
+    """hvd.init() with bounded stalls and the options Horovod reads from its environment; the Horovod DistContext."""
     os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", "30")  # Horovod: warn about stalls sooner than 60 s
+    os.environ.update(options.horovod_env(cfg, cfg.output_dir))  # Horovod: read once, at init
+    if cfg.autotune:
+        Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)  # Horovod opens its autotune log at init
     hvd = import_horovod()
     hvd.init()  # Horovod: rank and size come from horovodrun (or Ray); alone, a single worker
     device = torch.device("cpu")
-    if use_gpu:
+    if cfg.use_gpu:
         device = torch.device("cuda", hvd.local_rank())  # Horovod: pin one GPU per process
         torch.cuda.set_device(device)
     ops = {"sum": hvd.Sum, "max": hvd.Max}
@@ -78,6 +92,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
     """Train on this rank (hvd.init() done, `watchdog` running since before it); rank 0 resumes from and saves to
     cfg.checkpoint_dir. `restarts`: how many times the launcher restarted this run's workers."""
     hvd = import_horovod()
+    options.check(cfg, "horovod")
     torch.set_num_threads(cfg.threads_per_worker)
     # Rank 0 alone reads the checkpoint and broadcasts it; a refusal there ends every rank (see run.on_main).
     state = on_main(ctx, lambda: resume_state(cfg, "horovod", launcher))
@@ -86,8 +101,8 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
     optimizer = hvd.DistributedOptimizer(  # Horovod: allreduces each gradient as backward produces it
         build_optimizer(model, cfg, ctx.world_size),
         named_parameters=model.named_parameters(),
-        compression=hvd.Compression.fp16 if cfg.compression == "fp16" else hvd.Compression.none,
-        backward_passes_per_step=cfg.backward_passes_per_step,
+        compression=compression.horovod_compressor(hvd, cfg.compression),
+        backward_passes_per_step=cfg.grad_accumulation,
         op=hvd.Average,  # Horovod: average, as DDP does
     )
     # Restored after wrapping: DistributedOptimizer builds a new optimizer from the param groups, so state
@@ -99,9 +114,12 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
     history = History(**hvd.broadcast_object(dataclasses.asdict(history), root_rank=0))
     if history.last_epoch and ctx.is_main:
         log.info("resuming after epoch %d from %s", history.last_epoch, cfg.checkpoint_dir)
+    tracer = Tracer(ctx.rank, cfg.warmup_steps, cfg.output_dir, ctx.device,
+                    timeline=(hvd.start_timeline, hvd.stop_timeline)) if cfg.trace else None
     trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer,
                       sync=HorovodGradientSync(optimizer), splits=splits,
-                      loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog)
+                      loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog,
+                      tracer=tracer, scaler=amp_scaler(cfg))
     save = checkpoint.directory_saver(ctx.rank, cfg.checkpoint_dir, cfg, "horovod", launcher)
     return train_and_report(trainer, backend="horovod", launcher=launcher, history=history, restarts=restarts,
                             on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer))
@@ -111,7 +129,7 @@ def ray_worker(config: dict[str, Any], restarts: int = 0) -> dict[str, Any] | No
     """The function horovod.ray.RayExecutor runs on each Ray worker; `restarts`: earlier failed attempts."""
     cfg = TrainConfig.from_dict(config)
     with Watchdog(cfg.stall_timeout_s) as watchdog:
-        ctx = init(cfg.use_gpu)
+        ctx = init(cfg)
         watchdog.kick("starting")
         cli.setup_logging(ctx.rank)
         try:
@@ -131,13 +149,13 @@ def _peer_errors() -> tuple[type[BaseException], ...]:
 
 def main() -> int:
     parser = cli.Parser(description=__doc__, prog="horovodrun -np N python -m horovod_ddp.train")
-    cli.add_config_flags(parser, exclude=("workers",))
+    cli.add_config_flags(parser, exclude=("workers", *options.DDP_ONLY))
     cfg = cli.config_from_args(parser.parse_args()).with_absolute_paths()
     preflight.check_config(cfg)  # again with the world size once Horovod is up
     # From before hvd.init(): a peer that dies while the ring forms must not leave this rank waiting.
     with Watchdog(cfg.stall_timeout_s) as watchdog:
         faults.point("init", launcher_rank())
-        ctx = init(cfg.use_gpu)
+        ctx = init(cfg)
         watchdog.kick("starting")
         cli.setup_logging(ctx.rank)
         try:

@@ -5,23 +5,25 @@ created the process group (gloo on CPU, NCCL on GPU) and picked the device. Unde
 (`torchrun --nproc-per-node N -m native_ddp.train`), this module creates the group from torchrun's environment.
 """
 
+import contextlib
 import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from workload import checkpoint, cli, data, faults, preflight
-from workload.config import ConfigError, TrainConfig, check_backend_options
+from workload import checkpoint, cli, compression, data, faults, options, preflight
+from workload.config import ConfigError, TrainConfig
 from workload.distributed import DistContext, leave, peer_lost
 from workload.run import build_model, resolve_dataset, resume_state, train_and_report
-from workload.trainer import History, Trainer, build_optimizer, shard_loader
+from workload.tracing import Tracer
+from workload.trainer import History, Trainer, amp_scaler, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -31,26 +33,33 @@ OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
 class DDPGradientSync:
     """DDP averages gradients inside backward(), bucket by bucket, overlapping with the rest of backward.
 
-    A comm hook (the stock allreduce, only timed) notes when the last bucket was handed to the allreduce;
-    the time backward() still took after that is the communication that was not hidden behind compute.
+    A comm hook (the stock one for --compression, only timed) notes when the last bucket was handed to the
+    allreduce; the time backward() still took after that is the communication that was not hidden behind compute.
     On GPU the note is the launch time on the host, so it also counts the tail of backward's kernels.
     """
 
-    def __init__(self, model: DDP, optimizer: torch.optim.Optimizer) -> None:
-        self.optimizer = optimizer
+    def __init__(self, model: DDP, optimizer: torch.optim.Optimizer, compression_name: str = "none") -> None:
+        self.model, self.optimizer = model, optimizer
+        self.hook = compression.ddp_hook(compression_name)
         self.last_bucket_at = 0.0
-        model.register_comm_hook(self, _timed_allreduce)  # DDP: replaces the built-in allreduce, same maths
+        model.register_comm_hook(self, _timed_hook)  # DDP: the stock hook for the compression, same maths
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        return self.model.no_sync()  # DDP: accumulate locally, allreduce at the next backward outside no_sync
+
+    def group_done(self) -> None:
+        pass
 
     def wait(self, backward_end: float) -> float:
         return max(0.0, backward_end - self.last_bucket_at)
 
-    def step(self) -> None:
-        self.optimizer.step()
+    def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
+        apply(self.optimizer)
 
 
-def _timed_allreduce(state: DDPGradientSync, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+def _timed_hook(state: DDPGradientSync, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     state.last_bucket_at = time.perf_counter()
-    return default_hooks.allreduce_hook(None, bucket)
+    return state.hook(None, bucket)
 
 
 def torch_all_reduce(device: torch.device):
@@ -71,7 +80,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
     rank after every epoch (each launcher stores checkpoints its own way). `watchdog` has run since before the
     process group existed; `restarts` is how many times the launcher restarted this run's workers.
     """
-    check_backend_options(cfg, "native")
+    options.check(cfg, "native")
     if state:  # the launchers have checked, before the dataset was resolved; a safety net now that it is
         checkpoint.check_resume(state, cfg, "the run's checkpoint", "native", launcher)
     torch.set_num_threads(cfg.threads_per_worker)
@@ -83,10 +92,14 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
     if history.last_epoch and ctx.is_main:
         log.info("resuming after epoch %d", history.last_epoch)
     # DDP: wrapping broadcasts rank 0's parameters and buffers, then averages gradients during backward.
-    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+              bucket_cap_mb=cfg.bucket_mb or None,  # DDP: None is its own default (25 MiB)
+              gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph)
+    tracer = Tracer(ctx.rank, cfg.warmup_steps, cfg.output_dir, ctx.device) if cfg.trace else None
     trainer = Trainer(ctx=ctx, cfg=cfg, model=ddp, module=model, optimizer=optimizer,
-                      sync=DDPGradientSync(ddp, optimizer), splits=splits,
-                      loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog)
+                      sync=DDPGradientSync(ddp, optimizer, cfg.compression), splits=splits,
+                      loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog,
+                      tracer=tracer, scaler=amp_scaler(cfg))
     return train_and_report(
         trainer, backend="native", launcher=launcher, history=history, restarts=restarts,
         on_epoch_end=lambda epoch, history: save_checkpoint(epoch, history, model, optimizer),
@@ -161,10 +174,9 @@ def _ray_report(ctx: DistContext, cfg: TrainConfig, ray_checkpoints: bool):
 def main() -> int:
     """torchrun entry point: rank and world size come from torchrun's environment, through torch.distributed."""
     parser = cli.Parser(description=__doc__, prog="torchrun --nproc-per-node N -m native_ddp.train")
-    cli.add_config_flags(parser, exclude=("workers",))
+    cli.add_config_flags(parser, exclude=("workers", *options.HOROVOD_ONLY))
     args = parser.parse_args()
     cfg = cli.config_from_args(args).with_absolute_paths()
-    check_backend_options(cfg, "native")
     if "LOCAL_RANK" not in os.environ:
         raise ConfigError("start this module with torchrun --nproc-per-node N -m native_ddp.train, "
                           "or use python -m ray_jobs.train --backend native")

@@ -2,13 +2,16 @@
 
     python -m ray_jobs.compare --workers 2 --repeats 4
     python -m ray_jobs.compare --launchers ray,torchrun,horovodrun    # Ray beside each backend's own launcher
+    python -m ray_jobs.compare --compression fp16 --grad-accumulation 2   # the same options on both sides
+    python -m ray_jobs.compare --bucket-mb 0.01,25 --repeats 4   # a tuning grid: one comparison per setting
     python -m ray_jobs.compare --render results/<run-id>     # re-render report.md and plots from comparison.json
 
 Writes results/<run-id>/: each run's results.json, comparison.json, report.md, loss.png, throughput.png,
 overhead.png. Exit code 1 when a run failed, or with --assert-parity when parity is FAIL.
 
-This module only orchestrates: the launchers are ray_jobs/launchers.py, the statistics workload/stats.py and
-workload/speed.py, parity workload/parity.py, the rendering workload/report.py.
+This module only orchestrates: the launchers are ray_jobs/launchers.py, the tuning grid ray_jobs/grid.py, the options
+workload/options.py, the statistics workload/stats.py and workload/speed.py, parity workload/parity.py, the rendering
+workload/report.py and workload/tuning.py.
 """
 
 import argparse
@@ -20,12 +23,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ray_jobs import launchers
+from ray_jobs import grid, launchers
 from ray_jobs.cluster import check_address, connect, require, user_error
 from ray_jobs.launchers import Arm
 from ray_jobs.train import BACKENDS as RAY_BACKENDS
-from workload import cli, data, parity, preflight, reference, report, results, speed, stats
-from workload.config import ConfigError, TrainConfig, check_backend_options
+from workload import (cli, data, options, parity, preflight, reference, report, results, speed, stats, tracing,
+                      tuning)
+from workload.config import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
 BACKENDS = tuple(RAY_BACKENDS)
@@ -34,7 +38,10 @@ DEFAULT_WORKERS = "2"
 DEFAULT_REPEATS = 6
 DEFAULT_EPOCHS = 2
 RUN_KEYS = ("epochs", "final", "step_losses", "peak_rss_mb_per_worker", "parameters_identical_across_ranks",
-            "buffers_identical_across_ranks", "phases", "end_to_end_s", "eval_time_s", "checkpoint_time_s")
+            "buffers_identical_across_ranks", "parameters_sha256", "options", "phases", "end_to_end_s", "eval_time_s",
+            "checkpoint_time_s")
+ARTIFACTS = ("trace-rank*.json", tracing.TIMELINE, options.AUTOTUNE_LOG)
+"""Files a run may leave beside its results.json that the report links to."""
 
 
 def parse_workers(text: str) -> list[int]:
@@ -56,15 +63,19 @@ def parse_backends(text: str) -> list[str]:
     return names
 
 
-def plan(workers: list[int], arms: list[Arm], repeats: int) -> tuple[list[tuple[int, Arm, int]], list[dict]]:
+def plan(workers: list[int], arms: list[Arm], repeats: int,
+         emulate_horovod: bool = False) -> tuple[list[tuple[int, Arm, int]], list[dict]]:
     """The runs as (round, arm, workers), in order, and what cannot run here with the reason.
 
-    Per worker count: the references once (they are deterministic and only serve parity), then every arm
-    `repeats` times in a balanced order (A B B A …), so that a slow minute on the machine hits every arm alike.
+    Per worker count: the references once (they are deterministic and only serve parity; `emulate_horovod` adds the
+    one that rounds compressed gradients as Horovod does), then every arm `repeats` times in a balanced order
+    (A B B A …), so that a slow minute on the machine hits every arm alike.
     """
     runs, not_applicable = [], []
     for n in workers:
         runs.append((0, Arm("reference", "local"), n))
+        if emulate_horovod:
+            runs.append((0, Arm(parity.REFERENCE_HOROVOD, "local"), n))
         if n > 1:
             runs.append((0, Arm("global-batch", "local"), n))
         runs += [(r, arm, n) for r, arm in stats.balanced_order(arms, repeats)]
@@ -78,11 +89,11 @@ def plan(workers: list[int], arms: list[Arm], repeats: int) -> tuple[list[tuple[
 
 def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Path, *, parity_steps: int,
             tolerance: float, target_accuracy: float, repeats: int = 1, launcher_names: list[str] = ("ray",),
-            references: bool = True) -> Path:
-    """Run everything into root/<run-id>/ and write comparison.json; returns that folder."""
+            references: bool = True, run_id: str = "") -> Path:
+    """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
+    folder."""
     launcher_names = list(launcher_names)
-    for backend in backends:
-        check_backend_options(base, backend, "--backends")
+    check_options(base, backends)
     launchers.check_available(launcher_names, backends)
     # Checked (and the dataset resolved) at the most workers: they make the shortest epochs.
     base = replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths()
@@ -94,17 +105,19 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
     if on_ray:
         connect()  # one Ray cluster for every run
         require(max(workers), base.use_gpu)
-    runs, not_applicable = plan(workers, launchers.arms(backends, launcher_names), repeats)
+    runs, not_applicable = plan(workers, launchers.arms(backends, launcher_names), repeats,
+                                emulate_horovod=base.compression != "none" and "horovod" in backends)
     if not references:
         runs = [run for run in runs if run[1].launcher != "local"]
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_id = run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_dir = root / run_id
     run_dir.mkdir(parents=True)
     started = time.monotonic()
     records = []
     for i, (round_, arm, n) in enumerate(runs, 1):
         name = f"{arm.label.replace('/', '-')}-{n}w" + (f"-r{round_}" if arm.launcher != "local" else "")
-        cfg = replace(base, workers=n, output_dir=str(run_dir / name))
+        # Each backend takes the options it has; the others are recorded as not applicable in its results.json.
+        cfg = replace(options.for_backend(base, arm.backend), workers=n, output_dir=str(run_dir / name))
         what = f"[{i}/{len(runs)}] {arm.label}, {n} worker(s)"
         what += f", round {round_ + 1}" if arm.launcher != "local" else ""
         log.info("%s: started at +%.0f s", what, time.monotonic() - started)
@@ -113,6 +126,8 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
             doc = launchers.run(arm, cfg)
             records.append({**record, "status": "ok", "error": None,
                             "results": str(Path(cfg.output_dir, results.FILENAME).relative_to(run_dir)),
+                            "artifacts": sorted(str(p.relative_to(run_dir)) for pattern in ARTIFACTS
+                                                for p in Path(cfg.output_dir).glob(pattern)),
                             **{k: doc[k] for k in RUN_KEYS},
                             speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]})
             log.info("%s: done, %.0f samples/s (steady), test accuracy %.2f%%, %.1f s end to end, +%.0f s", what,
@@ -154,6 +169,13 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
     return run_dir
 
 
+def check_options(base: TrainConfig, backends: list[str]) -> None:
+    """An option that no compared backend has is refused; one that only some have is recorded as not applicable."""
+    for backend in ("native", "horovod"):
+        if backend not in backends:
+            options.check(base, "horovod" if backend == "native" else "native", "--backends")
+
+
 def main() -> int:
     parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.compare",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -173,11 +195,13 @@ def main() -> int:
     parser.add_argument("--assert-parity", action="store_true", help="exit 1 unless parity is PASS everywhere")
     parser.add_argument("--render", metavar="DIR", help="only re-render DIR's report from its comparison.json")
     # Every run starts fresh in its own folder: a shared --checkpoint-dir would resume one run from another's.
-    cli.add_config_flags(parser, exclude=("workers", "output_dir", "checkpoint_dir"),
+    grid.add_flags(parser)
+    cli.add_config_flags(parser, exclude=("workers", "output_dir", "checkpoint_dir", *grid.OPTIONS),
                          defaults={"epochs": DEFAULT_EPOCHS})
     args = parser.parse_args()
     if args.render:
-        log.info("%s", report.render(args.render))
+        grid_file = Path(args.render) / tuning.GRID
+        log.info("%s", tuning.render(args.render) if grid_file.exists() else report.render(args.render))
         return 0
     workers = parse_workers(args.workers)
     backends = parse_backends(args.backends)
@@ -190,24 +214,50 @@ def main() -> int:
         raise ConfigError(f"--tolerance must be a finite number >= 0, got {args.tolerance}")
     if not 0 < args.target_accuracy <= 1:
         raise ConfigError(f"--target-accuracy must be in (0, 1], got {args.target_accuracy}")
-    base = cli.config_from_args(args, workers=1, output_dir=".")
+    settings = grid.settings(args)
+    base = cli.config_from_args(args, workers=1, output_dir=".", **settings[0])
+    for setting in settings:
+        check_options(replace(base, **setting), backends)
     root = preflight.writable_dir(args.output_dir, "--output-dir")
-    run_dir = compare(base, workers, backends, root, parity_steps=args.parity_steps, tolerance=args.tolerance,
-                      target_accuracy=args.target_accuracy, repeats=args.repeats, launcher_names=launcher_names)
+    kwargs = dict(parity_steps=args.parity_steps, tolerance=args.tolerance, target_accuracy=args.target_accuracy,
+                  repeats=args.repeats, launcher_names=launcher_names)
+    if len(settings) > 1:
+        grid_dir = grid.run(compare, base, settings, workers, backends, root, **kwargs)
+        log.info("\n%s\nreport: %s", tuning.render(grid_dir), grid_dir / "report.md")
+        return outcome([report.load(grid_dir / s["folder"]) for s in tuning.load(grid_dir)[0]["settings"]],
+                       args.assert_parity)
+    run_dir = compare(base, workers, backends, root, **kwargs)
     markdown = report.render(run_dir)
     comparison = report.load(run_dir)
     log.info("\n%s\nreport: %s", markdown, run_dir / "report.md")
     for n, answer in comparison["speed"].items():
         log.info("speed at %s worker(s), %d repeat(s): %s", n, answer["repeats"], answer["sentence"])
-    failed = [r for r in comparison["runs"] if r["status"] != "ok"]
-    failing_parity = [n for n, v in comparison["parity"].items() if v["verdict"] != "PASS"]
+    return outcome([comparison], args.assert_parity)
+
+
+def outcome(comparisons: list[dict[str, Any]], assert_parity: bool) -> int:
+    """The exit code: 1 when a run failed, or with --assert-parity when a parity verdict is FAIL."""
+    failed = [r for c in comparisons for r in c["runs"] if r["status"] != "ok"]
+    failing_parity = [f"{n} worker(s)" + (f" ({c['settings']['config']['compression']} compression, bucket "
+                                          f"{c['settings']['config']['bucket_mb']:g})" if len(comparisons) > 1 else "")
+                      for c in comparisons for n, v in c["parity"].items() if v["verdict"] != "PASS"]
+    for c in comparisons:
+        for n, v in c["parity"].items():
+            log.info("parity at %s worker(s): %s", n, parity_line(v))
     if failed:
         log.error("%d run(s) failed; see the report", len(failed))
         return 1
-    if args.assert_parity and failing_parity:
-        log.error("parity FAIL at %s worker(s)", ", ".join(failing_parity))
+    if assert_parity and failing_parity:
+        log.error("parity FAIL at %s", ", ".join(failing_parity))
         return 1
     return 0
+
+
+def parity_line(verdict: dict[str, Any]) -> str:
+    pairs = "; ".join(f"{pair} {report.number(d)}" + (" (explained: rounding order)" if pair in verdict["explained"]
+                                                       else "")
+                      for pair, d in verdict["max_abs_step_loss_difference"].items())
+    return f"{verdict['verdict']} over {verdict['steps']} steps, tolerance {verdict['tolerance']:g}: {pairs}"
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ray_jobs.cluster import RayRunOptions
-from workload import cli, phases, reference
+from workload import cli, options, phases, reference
 from workload.config import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -93,12 +93,14 @@ def command(arm: Arm, cfg: TrainConfig, *, restarts: int = 0, ray_options: RayRu
     `restarts`: torchrun's --max-restarts. `ray_options`: --name, --storage-path and --max-failures for Ray.
     """
     if arm.launcher == "ray":
-        options = ray_options or RayRunOptions()
-        extra = [*(["--name", options.name] if options.name else []),
-                 *(["--storage-path", options.storage_path] if options.storage_path else []),
-                 *(["--max-failures", str(options.max_failures)] if options.max_failures else [])]
+        ray_opts = ray_options or RayRunOptions()
+        extra = [*(["--name", ray_opts.name] if ray_opts.name else []),
+                 *(["--storage-path", ray_opts.storage_path] if ray_opts.storage_path else []),
+                 *(["--max-failures", str(ray_opts.max_failures)] if ray_opts.max_failures else [])]
         return [sys.executable, "-m", "ray_jobs.train", "--backend", arm.backend, *cli.config_to_args(cfg), *extra]
-    flags = cli.config_to_args(cfg, exclude=("workers",))
+    # Each entry point offers only the options its framework has (compare hands each backend only those).
+    flags = cli.config_to_args(cfg, exclude=("workers", *(options.HOROVOD_ONLY if arm.backend == "native" else
+                                                         options.DDP_ONLY)))
     if arm.launcher == "torchrun":
         # --standalone: a private rendezvous on a free port, so runs never collide on torchrun's default 29500.
         return [_executable("torchrun"), "--standalone", "--nproc-per-node", str(cfg.workers),

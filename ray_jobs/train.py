@@ -16,7 +16,8 @@ from typing import Any
 from ray_jobs.cluster import (RayRunOptions, check_address, connect, require, run_checkpoints, user_error,
                               worker_failure)
 from workload import checkpoint, cli, data, phases, preflight, results
-from workload.config import ConfigError, TrainConfig, check_backend_options
+from workload.config import ConfigError, TrainConfig
+from workload.options import check as check_options
 from workload.run import resume_state
 from workload.summary import format_result
 
@@ -40,7 +41,7 @@ BACKENDS = {"native": _native, "horovod": _horovod}
 
 def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()) -> dict[str, Any]:
     """Check everything that can be checked, resolve the dataset, join Ray, train; returns rank 0's result."""
-    check_backend_options(cfg, backend)
+    check_options(cfg, backend)
     cfg = cfg.with_absolute_paths()
     preflight.check_config(cfg)
     preflight.check_name(options.name)

@@ -9,9 +9,10 @@ import time
 import torch
 
 from horovod_ddp.train import init
+from workload.config import TrainConfig
 from workload.watchdog import Watchdog
 
-ctx = init(use_gpu=False)
+ctx = init(TrainConfig())
 with Watchdog(float(sys.argv[1])):
     if ctx.rank == 1:
         time.sleep(600)

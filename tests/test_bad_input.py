@@ -124,7 +124,12 @@ TABLE = [
     case("ray_jobs.train", ["--stall-timeout-s", "inf"], "--stall-timeout-s must be a finite number"),
     case("ray_jobs.train", ["--lr", "fast"], "invalid float value: 'fast'"),
     case("ray_jobs.train", ["--max-failures", "-1"], "--max-failures must be >= 0"),
-    case("ray_jobs.train", ["--compression", "fp16"], "are Horovod options; use --backend horovod"),
+    # Options one framework lacks are refused by the other's runs, never ignored; fp16 autocast needs a GPU.
+    case("ray_jobs.train", ["--cycle-time-ms", "5"], "--cycle-time-ms is a Horovod option, not applicable to DDP; "
+                                                     "use --backend horovod"),
+    case("ray_jobs.train", ["--backend", "horovod", "--static-graph"], "--static-graph is a DDP option"),
+    case("ray_jobs.train", ["--amp", "fp16"], "--amp fp16 needs a GPU (--use-gpu) and a GradScaler; on CPU use"),
+    case("ray_jobs.train", ["--compression", "int8"], "--compression must be one of none, fp16, bf16"),
     # Paths: checked before training, not at the end of it.
     case("ray_jobs.train", ["--output-dir", "{ws}/a-file"], "is a file, not a folder"),
     case("ray_jobs.train", ["--output-dir", "{ws}/a-file/out"], "cannot be a folder"),
@@ -159,7 +164,12 @@ TABLE = [
     case("ray_jobs.train", SYNTHETIC, "cannot reach the Ray cluster", env="closed-port"),
 
     case("ray_jobs.compare", ["--checkpoint-dir", "{ws}/ckpt"], "unrecognized arguments: --checkpoint-dir"),
-    case("ray_jobs.compare", ["--backends", "native", "--compression", "fp16"], "use --backends horovod"),
+    case("ray_jobs.compare", ["--backends", "native", "--autotune"], "--autotune is a Horovod option, not applicable "
+                                                                     "to DDP; use --backends horovod"),
+    case("ray_jobs.compare", ["--compression", "none,int8"], "--compression takes values from none, fp16, bf16"),
+    case("ray_jobs.compare", ["--bucket-mb", "1,big"], "--bucket-mb takes comma-separated sizes in MiB, got 'big'"),
+    case("ray_jobs.compare", ["--bucket-mb", "1,1"], "--bucket-mb lists a value twice"),
+    case("ray_jobs.compare", ["--amp", "fp16"], "--amp fp16 needs a GPU"),
     case("ray_jobs.compare", ["--tolerance", "nan"], "--tolerance must be a finite number >= 0"),
     case("ray_jobs.compare", ["--tolerance", "-1"], "--tolerance must be a finite number >= 0"),
     case("ray_jobs.compare", ["--parity-steps", "0"], "--parity-steps must be a positive integer"),
@@ -183,10 +193,12 @@ TABLE = [
     case("horovod_ddp.train", ["--lr", "inf"], "--lr must be a finite number"),
     case("horovod_ddp.train", ["--output-dir", "{ws}/a-file"], "is a file, not a folder"),
     case("horovod_ddp.train", [*SYNTHETIC, "--synthetic-train-size", "5"], "leaves no step after --warmup-steps"),
-    case("horovod_ddp.train", ["--backward-passes-per-step", "3"], "must be divisible by --backward-passes-per-step"),
+    case("horovod_ddp.train", ["--grad-accumulation", "3"], "must be divisible by --grad-accumulation 3"),
+    case("horovod_ddp.train", ["--static-graph"], "unrecognized arguments: --static-graph"),
 
     case("native_ddp.train", ["--stall-timeout-s", "nan"], "--stall-timeout-s must be a finite number"),
-    case("native_ddp.train", ["--compression", "fp16"], "are Horovod options"),
+    case("native_ddp.train", ["--cycle-time-ms", "5"], "unrecognized arguments: --cycle-time-ms"),
+    case("native_ddp.train", ["--amp", "fp16"], "--amp fp16 needs a GPU"),
     case("native_ddp.train", ["--checkpoint-dir", "{ws}/a-file"], "--checkpoint-dir"),
     case("native_ddp.train", [*SYNTHETIC, "--batch-size", "5000", "--synthetic-train-size", "2000"],
          "an epoch is 1 step(s)"),

@@ -121,7 +121,7 @@ def test_a_failed_run_is_reported_and_sets_the_exit_code(ray_cluster, base_cfg, 
     (["--backends", "native,mxnet"], "unknown backend mxnet in --backends"),
     (["--workers", "0,2"], "--workers takes distinct positive integers"),
     (["--workers", "one,two"], "comma-separated list of positive integers"),
-    (["--compression", "fp16"], "are Horovod options; use --backends horovod"),
+    (["--backends", "native", "--cycle-time-ms", "5"], "--cycle-time-ms is a Horovod option"),
     (["--repeats", "0"], "--repeats must be a positive integer"),
     (["--launchers", "ray,mpirun"], "--launchers takes distinct names from ray, torchrun, horovodrun"),
 ])

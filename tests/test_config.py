@@ -5,7 +5,8 @@ from workload.config import ConfigError, TrainConfig
 
 @pytest.mark.parametrize("bad", [
     {"epochs": 0}, {"batch_size": -1}, {"workers": 0}, {"lr": 0.0}, {"lr": -0.1}, {"momentum": 1.0},
-    {"dataset": "cifar"}, {"compression": "int8"}, {"backward_passes_per_step": 3}, {"warmup_steps": -1},
+    {"dataset": "cifar"}, {"compression": "int8"}, {"grad_accumulation": 3}, {"amp": "fp8"}, {"amp": "fp16"}, {"bucket_mb": -1.0},
+    {"cycle_time_ms": float("nan")}, {"warmup_steps": -1},
     {"threads_per_worker": 0}, {"lr": float("inf")}, {"lr": float("nan")}, {"momentum": float("nan")},
     {"stall_timeout_s": float("nan")}, {"stall_timeout_s": float("inf")},
 ])

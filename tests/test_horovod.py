@@ -67,7 +67,7 @@ def test_four_ranks_oversubscribed_on_two_cores(base_cfg, tmp_path):
     assert doc["final"]["test_accuracy"] > 0.85  # 15 steps of 4 x 100 digits
 
 
-@pytest.mark.parametrize("flags", [["--compression", "fp16"], ["--backward-passes-per-step", "2"]])
+@pytest.mark.parametrize("flags", [["--compression", "fp16"], ["--grad-accumulation", "2"]])
 def test_compression_and_local_accumulation_stay_in_the_accuracy_band(two_ranks, base_cfg, tmp_path, flags):
     plain, _ = two_ranks
     result = horovodrun(2, *data_flags(base_cfg), "--output-dir", str(tmp_path / "out"), *flags)
@@ -106,7 +106,7 @@ def test_horovod_without_pytorch_support_names_the_build_command(base_cfg, tmp_p
     (["--epochs", "0"], "--epochs must be a positive integer"),
     (["--batch-size", "0"], "--batch-size must be a positive integer"),
     (["--lr", "-1"], "--lr must be > 0"),
-    (["--backward-passes-per-step", "3"], "must be divisible by --backward-passes-per-step 3"),
+    (["--grad-accumulation", "3"], "must be divisible by --grad-accumulation 3"),
 ])
 def test_bad_numbers_are_one_line_errors(base_cfg, tmp_path, flags, needle):
     result = run_module("horovod_ddp.train", *data_flags(base_cfg), "--output-dir", str(tmp_path / "out"), *flags,

@@ -25,3 +25,21 @@ def test_a_difference_over_the_tolerance_fails():
 def test_runs_without_steps_compare_as_none_not_nan():
     verdict = parity.verdict({"native": [], "horovod": [], "reference": []}, steps=50, tolerance=1e-4)
     assert set(verdict["max_abs_step_loss_difference"].values()) == {None} and verdict["verdict"] == "FAIL"
+
+
+def test_each_backend_is_compared_with_the_reference_that_rounds_as_it_does():
+    # With --compression the backends round in a different order; a reference emulating each reproduces it.
+    losses = {"native": [2.3, 1.9, 1.5], "horovod": [2.3, 1.9, 1.502],
+              "reference": [2.3, 1.9, 1.5], "reference-horovod": [2.3, 1.9, 1.502]}
+    verdict = parity.verdict(losses, steps=50, tolerance=1e-4)
+    assert set(verdict["max_abs_step_loss_difference"]) == {
+        "native vs horovod", "native vs reference", "horovod vs reference-horovod"}
+    assert verdict["verdict"] == "PASS" and "rounding order" in verdict["explained"]["native vs horovod"]
+    assert verdict["informational"]["reference vs reference-horovod"] > 1e-3
+
+
+def test_a_backend_that_leaves_its_own_reference_is_not_excused():
+    losses = {"native": [2.3, 1.9, 1.5], "horovod": [2.3, 1.9, 1.502],
+              "reference": [2.3, 1.9, 1.5], "reference-horovod": [2.3, 1.9, 1.5]}
+    verdict = parity.verdict(losses, steps=50, tolerance=1e-4)
+    assert verdict["verdict"] == "FAIL" and verdict["explained"] == {}

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from workload.stats import (
-    RatioEstimate, balanced_order, paired_ratio, speed_sentence, speed_verdict, spread, t_quantile,
+    RatioEstimate, balanced_order, mean_interval, paired_ratio, speed_sentence, speed_verdict, spread, t_quantile,
 )
 
 
@@ -123,3 +123,10 @@ def test_spread_reports_relative_range():
     assert spread([90.0, 100.0, 110.0]) == {"n": 3, "mean": 100.0, "min": 90.0, "max": 110.0, "rel_range": 0.2}
     with pytest.raises(ValueError):
         spread([])
+
+
+def test_mean_interval_is_the_t_interval_and_none_for_one_value():
+    mean, (lo, hi) = mean_interval([10.0, 12.0, 14.0])
+    # t(0.975, 2) = 4.3027; sd 2; half-width 4.3027 * 2 / sqrt(3) = 4.968
+    assert mean == 12.0 and lo == pytest.approx(12.0 - 4.968, abs=1e-3) and hi == pytest.approx(12.0 + 4.968, abs=1e-3)
+    assert mean_interval([5.0]) == (5.0, None)

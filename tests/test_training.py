@@ -17,7 +17,7 @@ from workload.config import ConfigError, TrainConfig
 from workload.distributed import DistContext
 from workload.metrics import epoch_timing, mean_ci95
 from workload.run import build_model
-from workload.trainer import History, Trainer, build_optimizer, shard_loader
+from workload.trainer import EmulatedSync, History, Trainer, build_optimizer, shard_loader
 
 
 def test_one_epoch_on_default_synthetic_size_reaches_90_percent(tmp_path):
@@ -47,31 +47,38 @@ def test_shards_are_disjoint_and_cover_the_training_set(base_cfg):
     assert list(loader.sampler) != shards[2]  # set_epoch reshuffles
 
 
-def test_single_rank_gloo_ddp_step_matches_plain_step(cfg):
-    """A one-rank process group through the real DDP wrapper and comm hook gives the plain step's result."""
+@pytest.mark.parametrize("compression_name", ["none", "fp16", "bf16"])
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_single_rank_gloo_ddp_steps_match_the_reference_bit_for_bit(cfg, compression_name, accumulation):
+    """A one-rank process group through the real DDP wrapper, comm hook and no_sync() ends with the weights of the
+    reference's emulation of DDP's arithmetic, bit for bit."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
         from native_ddp.train import DDPGradientSync, torch_all_reduce
 
+        cfg = replace(cfg, compression=compression_name, grad_accumulation=accumulation)
         splits = data.load(cfg)
         ctx = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"),
                           all_reduce=torch_all_reduce(torch.device("cpu")))
-        batch = [(splits.train.tensors[0][:100], splits.train.tensors[1][:100])]
+        images, labels = splits.train.tensors[0][:100], splits.train.tensors[1][:100]
+        groups = [list(zip(images.chunk(accumulation), labels.chunk(accumulation)))]
         losses, weights = [], []
         for wrap in (False, True):
             model = build_model(cfg, ctx.device)
             optimizer = build_optimizer(model, cfg, 1)
             net = DDP(model) if wrap else model
-            sync = DDPGradientSync(net, optimizer) if wrap else reference.LocalSync(optimizer)
+            sync = (DDPGradientSync(net, optimizer, compression_name) if wrap else
+                    EmulatedSync(model, optimizer, compression_name, "native"))
             trainer = Trainer(ctx=ctx, cfg=cfg, model=net, module=model, optimizer=optimizer, sync=sync,
                               splits=splits, loaders=[])
-            loss, sync_s = trainer.train_step(batch)
+            for _ in range(3):
+                loss, sync_s = trainer.train_step(groups)
+                assert sync_s >= 0
             losses.append(float(loss))
             weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
-            assert sync_s >= 0
-        assert losses[0] == pytest.approx(losses[1], abs=1e-6)
-        assert torch.allclose(weights[0], weights[1], atol=1e-6)
+        assert losses[0] == losses[1]
+        assert torch.equal(weights[0], weights[1])
     finally:
         dist.destroy_process_group()
 

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 DATASETS = ("auto", "mnist", "synthetic")
-COMPRESSIONS = ("none", "fp16")
+COMPRESSIONS = ("none", "fp16", "bf16")
+AMP = ("none", "bf16", "fp16")
 
 
 class ConfigError(ValueError):
@@ -58,10 +59,36 @@ class TrainConfig:
     """Launchers without their own checkpoint store (horovodrun, torchrun) save and resume here; empty: off."""
 
     compression: str = "none"
-    """Horovod only: gradient compression on the wire (`none` or `fp16`)."""
+    """Gradients on the wire, in both backends: `none`, `fp16` or `bf16` (DDP: its compress hooks; Horovod: its
+    fp16 compressor, and a bf16 one written on its Compressor interface)."""
 
-    backward_passes_per_step: int = 1
-    """Horovod only: split each batch into this many micro-batches and allreduce once after the last."""
+    grad_accumulation: int = 1
+    """Split each batch into this many micro-batches, one backward each, gradients averaged across ranks once, after
+    the last (DDP: no_sync() on the others; Horovod: backward_passes_per_step)."""
+
+    amp: str = "none"
+    """Mixed precision for forward and loss, torch.autocast in every backend: `none`, `bf16`, or `fp16` (GPU only,
+    with a GradScaler)."""
+
+    bucket_mb: float = 0.0
+    """DDP's bucket_cap_mb and Horovod's fusion threshold, set to the same size in MiB; 0: each framework's own
+    default (DDP 25, Horovod 0.28.1 128)."""
+
+    gradient_as_bucket_view: bool = False
+    """DDP only: gradients are views into the allreduce buckets (saves a copy)."""
+
+    static_graph: bool = False
+    """DDP only: tell DDP the graph never changes between iterations."""
+
+    cycle_time_ms: float = 0.0
+    """Horovod only: the background thread's cycle time (HOROVOD_CYCLE_TIME); 0: Horovod's default (1 ms)."""
+
+    autotune: bool = False
+    """Horovod only: Horovod's Bayesian autotuner of fusion threshold and cycle time; its log lands beside the
+    results."""
+
+    trace: bool = False
+    """Write a Chrome trace per rank of a few steady-state steps (torch.profiler; Horovod also its timeline)."""
 
     warmup_steps: int = 5
     """Steps at the start of every epoch left out of the timing statistics."""
@@ -84,10 +111,10 @@ class TrainConfig:
             if f.type in (float, "float") and not math.isfinite(getattr(self, f.name)):
                 raise ConfigError(f"{_flag(f.name)} must be a finite number, got {getattr(self, f.name)}")
         for name in ("epochs", "batch_size", "workers", "synthetic_train_size", "synthetic_test_size",
-                     "backward_passes_per_step", "threads_per_worker", "log_every"):
+                     "grad_accumulation", "threads_per_worker", "log_every"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_flag(name)} must be a positive integer, got {getattr(self, name)}")
-        for name in ("warmup_steps", "max_steps_per_epoch", "stall_timeout_s"):
+        for name in ("warmup_steps", "max_steps_per_epoch", "stall_timeout_s", "bucket_mb", "cycle_time_ms"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0:
@@ -98,10 +125,14 @@ class TrainConfig:
             raise ConfigError(f"--dataset must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
         if self.compression not in COMPRESSIONS:
             raise ConfigError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}")
-        if self.batch_size % self.backward_passes_per_step:
+        if self.amp not in AMP:
+            raise ConfigError(f"--amp must be one of {', '.join(AMP)}, got {self.amp!r}")
+        if self.amp == "fp16" and not self.use_gpu:
+            # fp16 autocast on CPU is barely supported, and its GradScaler exists to protect GPU fp16 kernels.
+            raise ConfigError("--amp fp16 needs a GPU (--use-gpu) and a GradScaler; on CPU use --amp bf16")
+        if self.batch_size % self.grad_accumulation:
             raise ConfigError(
-                f"--batch-size {self.batch_size} must be divisible by "
-                f"--backward-passes-per-step {self.backward_passes_per_step}"
+                f"--batch-size {self.batch_size} must be divisible by --grad-accumulation {self.grad_accumulation}"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,16 +156,9 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def check_backend_options(cfg: TrainConfig, backend: str, backend_flag: str = "--backend") -> None:
-    """Horovod-only settings are refused elsewhere rather than silently ignored."""
-    if backend != "horovod" and (cfg.compression != "none" or cfg.backward_passes_per_step != 1):
-        raise ConfigError(f"--compression and --backward-passes-per-step are Horovod options; "
-                          f"use {backend_flag} horovod")
-
-
 # What a resumed run may change: where things go, how often it logs, its stall bound, and --epochs (upwards).
 # Everything else decides the numbers, so a checkpoint resumes only under the settings that wrote it.
-RESUMABLE_CHANGES = ("epochs", "data_dir", "output_dir", "checkpoint_dir", "stall_timeout_s", "log_every")
+RESUMABLE_CHANGES = ("epochs", "data_dir", "output_dir", "checkpoint_dir", "stall_timeout_s", "log_every", "trace")
 
 
 def resume_conflicts(saved: dict[str, Any], cfg: TrainConfig) -> list[str]:

@@ -5,6 +5,10 @@ would hand out, one after another, and averages their gradients: the computation
 including BatchNorm normalising with per-worker batch statistics. With `workers=1` it is plain
 single-process training.
 
+`reference-horovod` is `reference` with Horovod's gradient arithmetic instead of DDP's: they differ in the order in
+which a compressed gradient is rounded, divided and summed (workload/compression.py), and each backend is compared
+with the reference that computes as it does.
+
 `global-batch` runs the same N micro-batches as one forward pass over their concatenation: the same data and
 the same averaged loss, but BatchNorm sees the whole global batch, so it is a different computation.
 
@@ -22,10 +26,11 @@ from workload import data
 from workload.config import ConfigError, TrainConfig
 from workload.distributed import single_process
 from workload.run import build_model, train_and_report
-from workload.trainer import LocalSync, Trainer, build_optimizer, shard_loader
+from workload.options import REFERENCE_ROUNDING
+from workload.trainer import EmulatedSync, Trainer, amp_scaler, build_optimizer, shard_loader
 
 log = logging.getLogger(__name__)
-MODES = ("reference", "global-batch", "dataparallel")
+MODES = ("reference", "reference-horovod", "global-batch", "dataparallel")
 
 
 def dataparallel_unavailable(workers: int) -> str | None:
@@ -51,6 +56,7 @@ def train(cfg: TrainConfig, mode: str = "reference", launcher: str = "local") ->
     optimizer = build_optimizer(model, cfg, cfg.workers)
     net = nn.DataParallel(model, device_ids=list(range(cfg.workers))) if mode == "dataparallel" else model
     loaders = [shard_loader(splits, cfg, rank, cfg.workers) for rank in range(cfg.workers)]
-    trainer = Trainer(ctx=ctx, cfg=cfg, model=net, module=model, optimizer=optimizer, sync=LocalSync(optimizer),
-                      splits=splits, loaders=loaders, fuse=mode != "reference")
+    sync = EmulatedSync(model, optimizer, cfg.compression, REFERENCE_ROUNDING.get(mode, "native"))
+    trainer = Trainer(ctx=ctx, cfg=cfg, model=net, module=model, optimizer=optimizer, sync=sync, splits=splits,
+                      loaders=loaders, fuse=mode not in REFERENCE_ROUNDING, scaler=amp_scaler(cfg))
     return train_and_report(trainer, backend=mode, launcher=launcher)

@@ -10,13 +10,32 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on servers or in CI
 import matplotlib.pyplot as plt  # noqa: E402
 
-from workload import speed, stats  # noqa: E402
+from workload import parity, speed, stats  # noqa: E402
 from workload.config import ConfigError  # noqa: E402
 
 COMPARISON = "comparison.json"
 SCHEMA_VERSION = 2
 REQUIRED = ("schema_version", "run_id", "settings", "environment", "wall_time_s", "runs", "parity", "not_applicable")
-ORDER = ("reference", "global-batch", "native", "horovod", "native/torchrun", "horovod/horovodrun", "dataparallel")
+ORDER = ("reference", "reference-horovod", "global-batch", "native", "horovod", "native/torchrun", "horovod/horovodrun",
+         "dataparallel")
+OPTION_NAMES = {"compression": "--compression", "grad_accumulation": "--grad-accumulation", "amp": "--amp",
+                "bucket_mb": "--bucket-mb", "gradient_as_bucket_view": "--gradient-as-bucket-view",
+                "static_graph": "--static-graph", "cycle_time_ms": "--cycle-time-ms", "autotune": "--autotune",
+                "trace": "--trace"}
+ROUNDING_NOTE = (
+    "With `--compression`, DDP and Horovod round the gradients in a different order: DDP's hook casts each rank's "
+    "gradient, divides it by the number of workers and sums in the low precision; Horovod casts, sums, and then "
+    "scales by 1/N. `reference` emulates DDP's order and `reference-horovod` Horovod's, each float16/bfloat16 "
+    "operation computing in float32 and rounding once, as torch, gloo and Horovod do. With 2 workers a sum is one "
+    "addition, so each emulation is exact: a backend and its reference end with bit-identical parameters (the "
+    "`final parameters` lines), and their step losses differ only in how the reported loss is averaged (float32 "
+    "in one process, float64 across ranks: a few float32 ulps of the loss, far below the tolerance). The two "
+    "orders differ where halving a float16 value is not exact (float16 subnormals, below 6.1e-5); those last-bit "
+    "differences grow as training goes on, and the references reproduce the growth. So the backends are compared "
+    "with each other within the tolerance, or, when their difference is the rounding order's, the verdict says so "
+    "and shows the two references' difference beside it. With more than 2 workers, gloo's ring adds the ranks in "
+    "an order that changes along the buffer, which the emulation does not reproduce: each low-precision sum of N "
+    "values may then differ by up to N − 2 roundings (float16: 2^-11 relative each; bfloat16: 2^-8).")
 DISTRIBUTED = ("native", "horovod")
 # The phases of workload/phases.py (PHASES), in order, with the name each segment gets in the overhead plot. Written
 # out here rather than imported: workload.phases pulls in torch, and rendering a report should not need it.
@@ -158,7 +177,7 @@ def speed_line(comparison: dict[str, Any], workers: int) -> str:
     rounds = (f"per round, native {', '.join(f'{v:.0f}' for v in answer['native'])}; Horovod "
               f"{', '.join(f'{v:.0f}' for v in answer['horovod'])} samples/s")
     return (f"**Speed: {answer['sentence']}**\n\nNative ÷ Horovod steady-state samples/s, {where}: "
-            f"{_ratio(answer)}; {rounds}.")
+            f"{ratio_text(answer)}; {rounds}.")
 
 
 def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
@@ -173,7 +192,7 @@ def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
     return f"no round in which both {a} and {b} finished ({'; '.join(counts)}; see Failed runs)"
 
 
-def _ratio(estimate: dict[str, Any]) -> str:
+def ratio_text(estimate: dict[str, Any]) -> str:
     """`1.03 (95 % CI 0.97–1.09, 3 repeats)`, or the ratio alone with "no interval" when one repeat ran."""
     if estimate["ci95"] is None:
         return f"{estimate['ratio']:.3f}, no interval ({estimate['repeats']} repeat)"
@@ -191,7 +210,7 @@ def overhead_table(comparison: dict[str, Any], workers: int) -> str | None:
              "| backend | vanilla launcher | steady samples/s, Ray ÷ vanilla | end-to-end time, Ray ÷ vanilla |",
              "|---|---|---|---|"]
     for backend, section in overhead.items():
-        steady, end = (_ratio(section[k]) if k in section else "—" for k in ("steady", "end_to_end"))
+        steady, end = (ratio_text(section[k]) if k in section else "—" for k in ("steady", "end_to_end"))
         lines.append(f"| {backend} | {section['vanilla']} | {steady} | {end} |")
     return "\n".join(lines)
 
@@ -218,6 +237,39 @@ def phases_table(comparison: dict[str, Any], workers: int) -> str:
         cells = " | ".join(_seconds(m[k]) for k in (*PHASES, "eval_time_s", "checkpoint_time_s"))
         lines.append(f"| {arm} | {len(runs)} | {cells} |")
     return "\n".join(lines)
+
+
+def options_table(comparison: dict[str, Any]) -> str | None:
+    """Each option as every arm applied it, from the runs' results.json; None for comparisons without options."""
+    by_arm: dict[str, dict[str, Any]] = {}
+    for run in comparison["runs"]:
+        if run["status"] == "ok" and run.get("options"):
+            by_arm.setdefault(run["arm"], run["options"])
+    if not by_arm:
+        return None
+    arms = sorted(by_arm, key=lambda arm: (ORDER.index(arm) if arm in ORDER else len(ORDER), arm))
+    lines = [f"| option | {' | '.join(arms)} |", "|" + "---|" * (len(arms) + 1)]
+    for name, flag in OPTION_NAMES.items():
+        cells = [_option(by_arm[arm].get(name, "—")) for arm in arms]
+        lines.append(f"| `{flag}` | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def _option(value: Any) -> str:
+    if value is True:
+        return "on"
+    if value is False:
+        return "off"
+    return str(value)
+
+
+def artifacts(comparison: dict[str, Any]) -> list[str]:
+    """Links to the traces and autotune logs the runs left beside their results."""
+    out = []
+    for run in comparison["runs"]:
+        for path in run.get("artifacts", []):
+            out.append(f"- {run['arm']}, {run['workers']} worker(s), round {run['round'] + 1}: [{path}]({path})")
+    return out
 
 
 def report_markdown(comparison: dict[str, Any]) -> str:
@@ -255,6 +307,15 @@ def report_markdown(comparison: dict[str, Any]) -> str:
         "ratio, round by round: the interval is a paired t interval on the log ratios of the rounds, "
         "exponentiated; a winner is named only when the whole 95 % interval lies on one side of 1.",
     ]
+    if options := options_table(comparison):
+        out += ["", "## Options, as each framework applied them", "",
+                "One flag sets both frameworks; where a flag leaves the value to the framework, its own default is "
+                "shown. A single-process reference takes only the options that change the numbers.", "", options]
+    if cfg.get("compression", "none") != "none":
+        out += ["", ROUNDING_NOTE]
+    if cfg.get("amp", "none") != "none":
+        out += ["", f"With `--amp {cfg['amp']}` every run, references included, computes forward and loss under "
+                    "torch.autocast with the same dtype, so the same parity rules hold."]
     for workers in s["workers"]:
         ran = bool(finished(comparison, workers))
         out += ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), "",
@@ -263,18 +324,28 @@ def report_markdown(comparison: dict[str, Any]) -> str:
             out += ["", overhead]
         if ran:
             out += ["", phases_table(comparison, workers)]
-        parity = comparison["parity"].get(str(workers))
-        if parity:
-            out += ["", f"**Parity: {parity['verdict']}** — largest |step-loss difference| over the first "
-                        f"{parity['steps']} steps, tolerance {parity['tolerance']:g}"
-                        + (f" ({parity['why']})" if parity["why"] else "") + ":", ""]
-            for pair, diff in parity["max_abs_step_loss_difference"].items():
-                out.append(f"- {pair}: {_number(diff)}")
-            for pair, diff in parity["informational"].items():
-                out.append(f"- {pair} (information, not part of the verdict): {_number(diff)}")
+        verdict = comparison["parity"].get(str(workers))
+        if verdict:
+            out += ["", f"**Parity: {verdict['verdict']}** — largest |step-loss difference| over the first "
+                        f"{verdict['steps']} steps, tolerance {verdict['tolerance']:g}"
+                        + (f" ({verdict['why']})" if verdict["why"] else "") + ":", ""]
+            explained = verdict.get("explained", {})
+            for pair, diff in verdict["max_abs_step_loss_difference"].items():
+                out.append(f"- {pair}: {number(diff)}" + (f" — explained: {explained[pair]}" if pair in explained
+                                                           else ""))
+            out += identical_parameters(comparison, workers)
+            for pair, diff in verdict["informational"].items():
+                out.append(f"- {pair} (information, not part of the verdict): {number(diff)}")
     if comparison["not_applicable"]:
         out += ["", "## Not applicable here", ""]
         out += [f"- {n['backend']} with {n['workers']} worker(s): {n['reason']}" for n in comparison["not_applicable"]]
+    if links := artifacts(comparison):
+        out += ["", "## Traces and logs", "",
+                "`trace-rank<R>.json`: torch.profiler, a few steady-state steps right after the warm-up of the "
+                "first epoch, on every rank; `horovod-timeline.json`: Horovod's own timeline of the same steps, every "
+                "rank's collectives, written by rank 0; `horovod-autotune.csv`: Horovod's autotuner, one sample a "
+                "line. Open a trace in chrome://tracing or https://ui.perfetto.dev. The profiler slows the traced "
+                "steps; the speed metric is the median step, which they barely move.", "", *links]
     failed = [r for r in comparison["runs"] if r["status"] != "ok"]
     if failed:
         out += ["", "## Failed runs", ""]
@@ -289,7 +360,19 @@ def report_markdown(comparison: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _number(value: float | None) -> str:
+def identical_parameters(comparison: dict[str, Any], workers: int) -> list[str]:
+    """Whether each backend ended with the same weights as the reference that computes as it does, bit for bit."""
+    first = {arm: runs[0] for arm, runs in finished(comparison, workers).items()}
+    out = []
+    for arm in ("native", "horovod", "native/torchrun", "horovod/horovodrun"):
+        ref = parity.reference_for(arm, first)
+        if arm in first and ref in first and first[arm].get("parameters_sha256"):
+            same = first[arm]["parameters_sha256"] == first[ref].get("parameters_sha256")
+            out.append(f"- final parameters, {arm} vs {ref}: {'bit-identical' if same else 'differ'}")
+    return out
+
+
+def number(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
 
 

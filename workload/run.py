@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from workload import checkpoint, data, phases, results
+from workload import checkpoint, data, options, phases, results
 from workload.config import DATASETS, ConfigError, TrainConfig
 from workload.distributed import DistContext
 from workload.model import ConvNet
@@ -99,6 +99,7 @@ def train_and_report(
         backend=backend, launcher=launcher, workers=trainer.ctx.world_size * len(trainer.loaders), cfg=trainer.cfg,
         history=history,
         wall_time_s=wall_time, extra={
+            "options": options.effective(trainer.cfg, backend),
             "resumed_from_epoch": resumed_from, "restarts": restarts, **extra, "timestamps": stamps,
             # Provisional, from the command that started the workers; launchers that know better replace them.
             "phases": phases.phases(stamps, phases.launcher_started(), time.time()),

@@ -205,3 +205,17 @@ def spread(values: Sequence[float]) -> dict[str, float]:
         # NaN rather than ZeroDivisionError: an all-zero series should still render in the report.
         "rel_range": (hi - lo) / mean if mean else math.nan,
     }
+
+
+def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, tuple[float, float] | None]:
+    """The mean and its t interval at `confidence`; no interval from one value, which has no spread to measure.
+
+    For one arm's throughput across repeats: unpaired, so a slow minute on the machine widens it, which the
+    paired ratios between arms run side by side do not suffer."""
+    if not values:
+        raise ValueError("an interval needs at least one value")
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return mean, None
+    half = t_quantile((1.0 + confidence) / 2.0, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, (mean - half, mean + half)

@@ -1,5 +1,6 @@
 """The training loop and step every backend runs; adapters only supply the context, wrapping and gradient sync."""
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -14,11 +15,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from workload import faults
+from workload import compression, faults
 from workload.config import TrainConfig
 from workload.data import Splits
 from workload.distributed import DistContext
 from workload.metrics import epoch_timing
+from workload.tracing import Tracer
 from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -27,28 +29,50 @@ log = logging.getLogger(__name__)
 class GradientSync(Protocol):
     """How a backend averages gradients across ranks; the only part of the step that differs between them."""
 
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        """The context for a backward pass whose gradients are only accumulated, not yet averaged."""
+
+    def group_done(self) -> None:
+        """One (simulated) worker's micro-batches are done; only the reference's emulation needs to know."""
+
     def wait(self, backward_end: float) -> float:
         """Block until averaged gradients are ready; return the seconds spent waiting after local backward."""
 
-    def step(self) -> None:
-        """Apply the averaged gradients."""
+    def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
+        """Apply the averaged gradients with `apply(optimizer)` (optimizer.step, or a GradScaler's step)."""
 
 
 class Diverged(RuntimeError):
     """The loss became NaN or infinite: the run stops rather than report the figures of a broken model."""
 
 
-class LocalSync:
-    """No peers: nothing to wait for."""
+class EmulatedSync:
+    """The reference's gradient average: each simulated worker's gradients kept apart, then combined in the order
+    and precision of one backend's allreduce (workload/compression.py), so that the reference computes what that
+    backend computes."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
-        self.optimizer = optimizer
+    def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer, compression_name: str,
+                 rounding: str) -> None:
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.optimizer, self.compression, self.rounding = optimizer, compression_name, rounding
+        self.per_worker: list[list[Tensor]] = []
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def group_done(self) -> None:
+        self.per_worker.append([p.grad.clone() for p in self.params])
+        for p in self.params:
+            p.grad.zero_()
 
     def wait(self, backward_end: float) -> float:
+        for i, p in enumerate(self.params):
+            p.grad.copy_(compression.combine([g[i] for g in self.per_worker], self.compression, self.rounding))
+        self.per_worker.clear()
         return 0.0
 
-    def step(self) -> None:
-        self.optimizer.step()
+    def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
+        apply(self.optimizer)
 
 
 @dataclass(slots=True)
@@ -64,6 +88,11 @@ class History:
     @property
     def last_epoch(self) -> int:
         return self.epochs[-1]["epoch"] if self.epochs else 0
+
+
+def amp_scaler(cfg: TrainConfig) -> "torch.amp.GradScaler | None":
+    """--amp fp16 (GPU only, config refuses it elsewhere) scales the loss; bf16 keeps float32's range and needs none."""
+    return torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, world_size: int) -> torch.optim.SGD:
@@ -94,27 +123,50 @@ class Trainer:
     """Told of every finished step, so a rank stuck on a stalled peer ends instead of hanging."""
     fuse: bool = False
     """One forward over the concatenated micro-batches (BatchNorm then sees the whole global batch)."""
+    tracer: Tracer | None = None
+    """--trace: records a few steady-state steps of this rank."""
+    scaler: torch.amp.GradScaler | None = None
+    """--amp fp16 (GPU): scales the loss so that float16 gradients do not underflow."""
     stamps: dict[str, float] = field(default_factory=dict)
     """Wall-clock times of this run's first finished step and the end of training (see workload/phases.py)."""
     checkpoint_time_s: float = 0.0
     """Seconds spent in on_epoch_end (checkpoints) in this run."""
 
-    def train_step(self, micro_batches: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, float]:
-        """Forward and backward over each micro-batch, gradients averaged, one optimizer step.
+    def train_step(self, groups: list[list[tuple[Tensor, Tensor]]]) -> tuple[Tensor, float]:
+        """Forward and backward over each micro-batch, gradients averaged across ranks once, one optimizer step.
 
-        Returns the mean loss (a tensor, so that no device sync happens here) and the seconds spent waiting
-        for the gradient average.
+        `groups` holds one list of micro-batches per worker this process runs: one in a real backend, one per
+        simulated worker in the reference. Returns the mean loss (a tensor, so that no device sync happens here)
+        and the seconds spent waiting for the gradient average.
         """
         self.optimizer.zero_grad()
         losses = []
-        for images, labels in micro_batches:
-            loss = F.cross_entropy(self.model(images), labels)
-            (loss / len(micro_batches)).backward()
-            losses.append(loss.detach())
+        for group in groups:
+            for i, (images, labels) in enumerate(group):
+                # All but the last micro-batch only accumulate: one average per step, as with one big batch.
+                with self.sync.no_sync() if i < len(group) - 1 else contextlib.nullcontext():
+                    with self._autocast():
+                        loss = F.cross_entropy(self.model(images), labels)
+                    scaled = loss / len(group)
+                    (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                losses.append(loss.detach())
+            self.sync.group_done()
         backward_end = self._now()
         sync_s = self.sync.wait(backward_end)
-        self.sync.step()
-        return torch.stack(losses).mean(), sync_s
+        self.sync.step(self._apply)
+        return torch.stack(losses).float().mean(), sync_s
+
+    def _apply(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.scaler:
+            self.scaler.step(optimizer)  # unscales, and skips the step when a gradient overflowed
+            self.scaler.update()
+        else:
+            optimizer.step()
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.cfg.amp == "none":
+            return contextlib.nullcontext()
+        return torch.autocast(self.ctx.device.type, dtype=compression.DTYPES[self.cfg.amp])
 
     def fit(self, history: History, on_epoch_end: Callable[[int, History], None]) -> History:
         faults.announce(self.ctx.rank)
@@ -148,14 +200,18 @@ class Trainer:
         batches = zip(*self.loaders)
         epoch_start = time.perf_counter()
         for step in range(1, steps + 1):
+            if self.tracer:
+                self.tracer.before_step(step)
             t0 = self._now()
-            micro_batches = self._micro_batches(next(batches))
+            groups = self._micro_batches(next(batches))
             t1 = self._now()
-            loss, sync_s = self.train_step(micro_batches)
+            loss, sync_s = self.train_step(groups)
             t2 = self._now()
             losses.append(loss)
             # The samples this step really processed: a short last batch counts for what it holds.
-            times.append((t1 - t0, t2 - t1 - sync_s, sync_s, sum(len(y) for _, y in micro_batches)))
+            times.append((t1 - t0, t2 - t1 - sync_s, sync_s, sum(len(y) for group in groups for _, y in group)))
+            if self.tracer:
+                self.tracer.after_step(step, steps)
             if self.watchdog:
                 self.watchdog.kick()
             faults.point("step", self.ctx.rank, epoch, step)
@@ -229,15 +285,17 @@ class Trainer:
             "peak_rss_mb_per_worker": self.ctx.gather_rows(rss_mb).flatten().tolist(),
         }
 
-    def _micro_batches(self, batches: tuple[list[Tensor], ...]) -> list[tuple[Tensor, Tensor]]:
-        parts = self.cfg.backward_passes_per_step
-        out = []
+    def _micro_batches(self, batches: tuple[list[Tensor], ...]) -> list[list[tuple[Tensor, Tensor]]]:
+        """Each worker's batch split into --grad-accumulation micro-batches; fused: one batch of them all."""
+        parts = self.cfg.grad_accumulation
+        groups = []
         for images, labels in batches:
-            for x, y in zip(images.chunk(parts), labels.chunk(parts)):
-                out.append((x.to(self.ctx.device, non_blocking=True), y.to(self.ctx.device, non_blocking=True)))
+            groups.append([(x.to(self.ctx.device, non_blocking=True), y.to(self.ctx.device, non_blocking=True))
+                           for x, y in zip(images.chunk(parts), labels.chunk(parts))])
         if self.fuse:
-            return [(torch.cat([x for x, _ in out]), torch.cat([y for _, y in out]))]
-        return out
+            flat = [pair for group in groups for pair in group]
+            return [[(torch.cat([x for x, _ in flat]), torch.cat([y for _, y in flat]))]]
+        return groups
 
     def _now(self) -> float:
         if self.ctx.device.type == "cuda":
