@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from workload import checkpoint, cli, compression, data, faults, options, preflight
+from workload import checkpoint, cli, compression, data, faults, options, placement, preflight
 from workload.config import ConfigError, TrainConfig
 from workload.distributed import DistContext, launcher_rank, leave, peer_lost
 from workload.run import build_model, on_main, resolve_dataset, resume_state, train_and_report
@@ -128,6 +128,12 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
 def ray_worker(config: dict[str, Any], restarts: int = 0) -> dict[str, Any] | None:
     """The function horovod.ray.RayExecutor runs on each Ray worker; `restarts`: earlier failed attempts."""
     cfg = TrainConfig.from_dict(config)
+    if interface := placement.link_interface():
+        # Horovod: RayExecutor picks the interface from the workers' hostnames, and where they are all alike
+        # (nodes simulated on one host) it picks loopback, which crosses no link; the interface the node names for
+        # gloo, which DDP's gloo takes, wins, so that both backends talk over the same link. (Horovod 0.28.1's
+        # process-set device ignores this and resolves the hostname: ray_jobs/netsim.py gives each node its own.)
+        os.environ["HOROVOD_GLOO_IFACE"] = interface
     with Watchdog(cfg.stall_timeout_s) as watchdog:
         ctx = init(cfg)
         watchdog.kick("starting")

@@ -4,31 +4,34 @@
     python -m ray_jobs.compare --launchers ray,torchrun,horovodrun    # Ray beside each backend's own launcher
     python -m ray_jobs.compare --compression fp16 --grad-accumulation 2   # the same options on both sides
     python -m ray_jobs.compare --bucket-mb 0.01,25 --repeats 4   # a tuning grid: one comparison per setting
+    python -m ray_jobs.compare --simulate-nodes 2 --link-rates 20mbit,unshaped --model-width 1,4   # across a link
     python -m ray_jobs.compare --render results/<run-id>     # re-render report.md and plots from comparison.json
 
 Writes results/<run-id>/: each run's results.json, comparison.json, report.md, loss.png, throughput.png,
 overhead.png. Exit code 1 when a run failed, or with --assert-parity when parity is FAIL.
 
-This module only orchestrates: the launchers are ray_jobs/launchers.py, the tuning grid ray_jobs/grid.py, the options
-workload/options.py, the statistics workload/stats.py and workload/speed.py, parity workload/parity.py, the rendering
-workload/report.py and workload/tuning.py.
+This module only orchestrates: the launchers are ray_jobs/launchers.py, the tuning grid ray_jobs/grid.py, the
+simulated cluster ray_jobs/netsim.py and its link sweep ray_jobs/link_sweep.py, the options workload/options.py, the statistics workload/stats.py and workload/speed.py, parity workload/parity.py, the rendering
+workload/report.py, workload/tuning.py and workload/regime.py.
 """
 
 import argparse
+import json
 import logging
 import math
+import sys
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ray_jobs import grid, launchers
+from ray_jobs import grid, launchers, link_sweep, netsim
 from ray_jobs.cluster import check_address, connect, require, user_error
 from ray_jobs.launchers import Arm
 from ray_jobs.train import BACKENDS as RAY_BACKENDS
-from workload import (cli, data, options, parity, preflight, reference, report, results, speed, stats, tracing,
-                      tuning)
+from workload import (cli, data, options, parity, preflight, reference, regime, report, results, speed, stats,
+                      tracing, tuning)
 from workload.config import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -39,7 +42,7 @@ DEFAULT_REPEATS = 6
 DEFAULT_EPOCHS = 2
 RUN_KEYS = ("epochs", "final", "step_losses", "peak_rss_mb_per_worker", "parameters_identical_across_ranks",
             "buffers_identical_across_ranks", "parameters_sha256", "options", "phases", "end_to_end_s", "eval_time_s",
-            "checkpoint_time_s")
+            "checkpoint_time_s", "placement")
 ARTIFACTS = ("trace-rank*.json", tracing.TIMELINE, options.AUTOTUNE_LOG)
 """Files a run may leave beside its results.json that the report links to."""
 
@@ -89,9 +92,9 @@ def plan(workers: list[int], arms: list[Arm], repeats: int,
 
 def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Path, *, parity_steps: int,
             tolerance: float, target_accuracy: float, repeats: int = 1, launcher_names: list[str] = ("ray",),
-            references: bool = True, run_id: str = "") -> Path:
+            references: bool = True, run_id: str = "", network: dict[str, Any] | None = None) -> Path:
     """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
-    folder."""
+    folder. `network`: the simulated link the runs cross (ray_jobs/link_sweep.py), recorded with every run."""
     launcher_names = list(launcher_names)
     check_options(base, backends)
     launchers.check_available(launcher_names, backends)
@@ -124,11 +127,15 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
         record = {"arm": arm.label, "backend": arm.backend, "launcher": arm.launcher, "workers": n, "round": round_}
         try:
             doc = launchers.run(arm, cfg)
+            if network:
+                # The driver knows the link the workers crossed; the workers do not.
+                doc["network"] = network
+                results.write(cfg.output_dir, doc)
             records.append({**record, "status": "ok", "error": None,
                             "results": str(Path(cfg.output_dir, results.FILENAME).relative_to(run_dir)),
                             "artifacts": sorted(str(p.relative_to(run_dir)) for pattern in ARTIFACTS
                                                 for p in Path(cfg.output_dir).glob(pattern)),
-                            **{k: doc[k] for k in RUN_KEYS},
+                            **{k: doc[k] for k in RUN_KEYS}, **({"network": network} if network else {}),
                             speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]})
             log.info("%s: done, %.0f samples/s (steady), test accuracy %.2f%%, %.1f s end to end, +%.0f s", what,
                      doc["epochs"][-1]["samples_per_s_median"], 100 * doc["final"]["test_accuracy"],
@@ -156,7 +163,8 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
         "run_id": run_id,
         "settings": {"config": base.to_dict(), "workers": workers, "backends": backends, "launchers": launcher_names,
                      "repeats": repeats, "parity_steps": parity_steps, "tolerance": tolerance,
-                     "target_accuracy": target_accuracy, "speed_metric": speed.METRIC},
+                     "target_accuracy": target_accuracy, "speed_metric": speed.METRIC,
+                     **({"network": network} if network else {})},
         "environment": results.environment(),
         "wall_time_s": time.monotonic() - started,
         "runs": records,
@@ -194,6 +202,15 @@ def main() -> int:
     parser.add_argument("--target-accuracy", type=float, default=0.95, help="for time to accuracy (default: 0.95)")
     parser.add_argument("--assert-parity", action="store_true", help="exit 1 unless parity is PASS everywhere")
     parser.add_argument("--render", metavar="DIR", help="only re-render DIR's report from its comparison.json")
+    parser.add_argument("--simulate-nodes", type=int, default=0, metavar="N",
+                        help="run on N simulated Ray nodes on this host, one network namespace each, one worker per "
+                             "node (needs root, ip and tc; default: 0, one real node)")
+    parser.add_argument("--link-rates", default=netsim.UNSHAPED,
+                        help="with --simulate-nodes: the link rates to compare at, e.g. 20mbit,1gbit,unshaped, one "
+                             "comparison each, and the regime report (default: unshaped)")
+    # Set by the link sweep for the driver it runs inside node 0.
+    parser.add_argument("--network", type=json.loads, help=argparse.SUPPRESS)
+    parser.add_argument("--run-id", default="", help=argparse.SUPPRESS)
     # Every run starts fresh in its own folder: a shared --checkpoint-dir would resume one run from another's.
     grid.add_flags(parser)
     cli.add_config_flags(parser, exclude=("workers", "output_dir", "checkpoint_dir", *grid.OPTIONS),
@@ -201,7 +218,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.render:
         grid_file = Path(args.render) / tuning.GRID
-        log.info("%s", tuning.render(args.render) if grid_file.exists() else report.render(args.render))
+        sweep_file = Path(args.render) / regime.NETWORK
+        log.info("%s", regime.render(args.render) if sweep_file.exists() else
+                 tuning.render(args.render) if grid_file.exists() else report.render(args.render))
         return 0
     workers = parse_workers(args.workers)
     backends = parse_backends(args.backends)
@@ -219,20 +238,43 @@ def main() -> int:
     for setting in settings:
         check_options(replace(base, **setting), backends)
     root = preflight.writable_dir(args.output_dir, "--output-dir")
+    if args.simulate_nodes:
+        return simulate(args, base, workers, backends, launcher_names, root)
+    if args.link_rates != netsim.UNSHAPED:
+        raise ConfigError("--link-rates shapes the links of a simulated cluster; add --simulate-nodes 2")
     kwargs = dict(parity_steps=args.parity_steps, tolerance=args.tolerance, target_accuracy=args.target_accuracy,
-                  repeats=args.repeats, launcher_names=launcher_names)
+                  repeats=args.repeats, launcher_names=launcher_names, network=args.network)
     if len(settings) > 1:
-        grid_dir = grid.run(compare, base, settings, workers, backends, root, **kwargs)
+        grid_dir = grid.run(compare, base, settings, workers, backends, root, run_id=args.run_id, **kwargs)
         log.info("\n%s\nreport: %s", tuning.render(grid_dir), grid_dir / "report.md")
         return outcome([report.load(grid_dir / s["folder"]) for s in tuning.load(grid_dir)[0]["settings"]],
                        args.assert_parity)
-    run_dir = compare(base, workers, backends, root, **kwargs)
+    run_dir = compare(base, workers, backends, root, run_id=args.run_id, **kwargs)
     markdown = report.render(run_dir)
     comparison = report.load(run_dir)
     log.info("\n%s\nreport: %s", markdown, run_dir / "report.md")
     for n, answer in comparison["speed"].items():
         log.info("speed at %s worker(s), %d repeat(s): %s", n, answer["repeats"], answer["sentence"])
     return outcome([comparison], args.assert_parity)
+
+
+def simulate(args: argparse.Namespace, base: TrainConfig, workers: list[int], backends: list[str],
+             launcher_names: list[str], root: Path) -> int:
+    """--simulate-nodes: everything checked here, before a namespace or a Ray node exists; then the link sweep."""
+    rates = netsim.parse_rates(args.link_rates)
+    if launcher_names != ["ray"]:
+        raise ConfigError("--simulate-nodes places workers on Ray nodes; torchrun and horovodrun here start every "
+                          "rank on this host: use --launchers ray")
+    netsim.check_host(args.simulate_nodes)
+    check_options(base, backends)
+    preflight.check_config(replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths())
+    try:
+        sweep_dir, code = link_sweep.run(sys.argv[1:], args.simulate_nodes, rates, root, workers)
+    except KeyboardInterrupt:
+        log.error("interrupted; the simulated cluster is torn down (namespaces, links and its Ray processes)")
+        return 130
+    log.info("\n%s\nreport: %s", regime.render(sweep_dir), sweep_dir / "report.md")
+    return 1 if code else 0
 
 
 def outcome(comparisons: list[dict[str, Any]], assert_parity: bool) -> int:

@@ -18,7 +18,7 @@ from workload import report, results, tuning
 from workload.config import COMPRESSIONS, ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
-OPTIONS = ("bucket_mb", "compression")
+OPTIONS = ("bucket_mb", "compression", "model_width")
 """The options `compare` takes as comma-separated lists."""
 
 
@@ -30,6 +30,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket-mb", default="0",
                         help="DDP's bucket_cap_mb and Horovod's fusion threshold, in MiB; 0: each framework's own "
                              "default (DDP 25, Horovod 128); a comma-separated list runs the tuning grid (default: 0)")
+    parser.add_argument("--model-width", default="1",
+                        help="multiplies the ConvNet's channel counts (1: the tutorial network; the gradient grows "
+                             "towards width²); a comma-separated list runs the grid (default: 1)")
 
 
 def settings(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -39,7 +42,14 @@ def settings(args: argparse.Namespace) -> list[dict[str, Any]]:
         if name not in COMPRESSIONS:
             raise ConfigError(f"--compression takes values from {', '.join(COMPRESSIONS)}, got {name!r}")
     buckets = _distinct("--bucket-mb", [_size(part) for part in args.bucket_mb.split(",")])
-    return [{"compression": c, "bucket_mb": b} for c, b in product(compressions, buckets)]
+    widths = _distinct("--model-width", [_width(part) for part in args.model_width.split(",")])
+    return [{"compression": c, "bucket_mb": b, "model_width": w} for c, b, w in product(compressions, buckets, widths)]
+
+
+def _width(text: str) -> int:
+    if not text.strip().isdigit() or int(text) <= 0:
+        raise ConfigError(f"--model-width takes comma-separated positive integers, got {text.strip()!r}")
+    return int(text)
 
 
 def _size(text: str) -> float:
@@ -65,10 +75,11 @@ def label(setting: dict[str, Any], varied: list[str]) -> str:
 
 
 def run(compare: Callable[..., Path], base: TrainConfig, grid: list[dict[str, Any]], workers: list[int],
-        backends: list[str], root: Path, **kwargs: Any) -> Path:
-    """One comparison per setting into root/<grid-id>/<setting>/, then grid.json and the tuning report there."""
+        backends: list[str], root: Path, run_id: str = "", **kwargs: Any) -> Path:
+    """One comparison per setting into root/<grid-id>/<setting>/ (grid id: `run_id`, else a timestamp), then
+    grid.json and the tuning report there."""
     varied = [name for name in OPTIONS if len({setting[name] for setting in grid}) > 1]
-    grid_dir = root / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    grid_dir = root / (run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
     grid_dir.mkdir(parents=True)
     folders = []
     for i, setting in enumerate(grid, 1):

@@ -38,11 +38,17 @@ def test_a_small_comparison_writes_every_artifact(comparison_dir):
     for run in comparison["runs"]:
         doc = results.read(comparison_dir / run["results"])
         assert doc["phases"] == run["phases"] and doc["end_to_end_s"] == run["end_to_end_s"]
+        # Where every rank ran, under every launcher: one local Ray node, or this host; local ranks 0 and 1.
+        ranks = 1 if run["launcher"] == "local" else 2
+        assert [(p["rank"], p["local_rank"]) for p in doc["placement"]] == [(r, r) for r in range(ranks)], run["arm"]
+        assert len({p["node_id"] for p in doc["placement"]}) == 1 and doc["placement"][0]["node_ip"]
+        assert run["placement"] == doc["placement"] and "network" not in doc
+        assert all("link" not in e for e in doc["epochs"])  # no interface named: loopback, nothing to count
     assert comparison["not_applicable"] == [
         {"backend": "dataparallel", "workers": 2, "reason": "DataParallel needs 2 GPUs; this machine has 0"}]
     markdown = (comparison_dir / "report.md").read_text()
     for needle in ("## 2 worker(s)", "| native |", "| horovod |", "native/torchrun", "horovod/horovodrun",
-                   "**Speed: ", "median step", "AMD" if "AMD" in comparison["environment"]["cpu"] else "CPU"):
+                   "**Speed: ", "median step", "## Where the ranks ran", "AMD" if "AMD" in comparison["environment"]["cpu"] else "CPU"):
         assert needle in markdown, needle
     for png in ("loss.png", "throughput.png", "overhead.png"):
         assert (comparison_dir / png).read_bytes().startswith(b"\x89PNG")

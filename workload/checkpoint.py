@@ -64,7 +64,8 @@ def load(directory: str | Path) -> dict[str, Any] | None:
                           f"the settings that wrote it); {fix}")
     try:
         # The weights must fit this model, or the restore would fail later, inside every worker.
-        ConvNet().load_state_dict(state["model"])
+        width = state["config"].get("model_width", 1) if isinstance(state["config"], dict) else 1
+        ConvNet(width=width).load_state_dict(state["model"])
     except (RuntimeError, TypeError, AttributeError) as error:
         raise ConfigError(f"{path} holds weights of another model ({str(error).splitlines()[0]}); {fix}") from None
     return state

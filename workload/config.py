@@ -58,6 +58,9 @@ class TrainConfig:
     checkpoint_dir: str = ""
     """Launchers without their own checkpoint store (horovodrun, torchrun) save and resume here; empty: off."""
 
+    model_width: int = 1
+    """Multiplies the ConvNet's channel counts (1: the tutorial network); the gradient grows towards width²."""
+
     compression: str = "none"
     """Gradients on the wire, in both backends: `none`, `fp16` or `bf16` (DDP: its compress hooks; Horovod: its
     fp16 compressor, and a bf16 one written on its Compressor interface)."""
@@ -111,7 +114,7 @@ class TrainConfig:
             if f.type in (float, "float") and not math.isfinite(getattr(self, f.name)):
                 raise ConfigError(f"{_flag(f.name)} must be a finite number, got {getattr(self, f.name)}")
         for name in ("epochs", "batch_size", "workers", "synthetic_train_size", "synthetic_test_size",
-                     "grad_accumulation", "threads_per_worker", "log_every"):
+                     "grad_accumulation", "threads_per_worker", "log_every", "model_width"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_flag(name)} must be a positive integer, got {getattr(self, name)}")
         for name in ("warmup_steps", "max_steps_per_epoch", "stall_timeout_s", "bucket_mb", "cycle_time_ms"):

@@ -353,11 +353,34 @@ def report_markdown(comparison: dict[str, Any]) -> str:
             # Rounds are 0-based in the JSON and 1-based in the orchestrator's log; the log's numbering is used here.
             when = f", round {r['round'] + 1} of {s['repeats']}" if r["launcher"] != "local" else ""
             out.append(f"- {r['arm']} with {r['workers']} worker(s){when}: {r['error']}")
+    if placed := placement_table(comparison):
+        out += ["", "## Where the ranks ran", "",
+                "Each run's ranks by node, as the workers reported them (on Ray, Ray's node; under torchrun and "
+                "horovodrun, the host)" + (f"; every run crossed a simulated link of {net['link_rate']} between "
+                                          f"{net['nodes']} nodes" if (net := s.get("network")) else "") + ".", "",
+                placed]
     out += ["", "## BatchNorm buffers and evaluation", "", BN_NOTE, "",
             "Plots: `loss.png` (loss per step, every arm's first run overlaid), `throughput.png` (median steady "
             "samples/s by arm and worker count, each run a dot), `overhead.png` (where each distributed arm's time "
             "goes, from launch to return).", ""]
     return "\n".join(out)
+
+
+def placement_table(comparison: dict[str, Any]) -> str | None:
+    """One row per finished run: how many nodes its ranks used, and which ranks (local rank) ran on each."""
+    lines = []
+    for r in comparison["runs"]:
+        if r["status"] != "ok" or not r.get("placement"):
+            continue
+        nodes: dict[str, list[str]] = {}
+        for p in r["placement"]:
+            nodes.setdefault(f"{p['node_ip']} ({p['node_id'][:8]})", []).append(f"{p['rank']} (local {p['local_rank']})")
+        where = "; ".join(f"{node}: rank {', '.join(ranks)}" for node, ranks in nodes.items())
+        run = f"{r['arm']}, {r['workers']} worker(s)" + (f", round {r['round'] + 1}" if r["launcher"] != "local" else "")
+        lines.append(f"| {run} | {len(nodes)} | {where} |")
+    if not lines:
+        return None
+    return "\n".join(["| run | nodes | ranks by node |", "|---|---|---|", *lines])
 
 
 def identical_parameters(comparison: dict[str, Any], workers: int) -> list[str]:

@@ -61,7 +61,7 @@ def resume_state(cfg: TrainConfig, backend: str, launcher: str) -> dict[str, Any
 def build_model(cfg: TrainConfig, device: torch.device) -> ConvNet:
     # The same seed on every rank gives the same initial weights before any broadcast.
     torch.manual_seed(cfg.seed)
-    return ConvNet().to(device)
+    return ConvNet(width=cfg.model_width).to(device)
 
 
 def train_and_report(

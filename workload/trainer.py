@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from workload import compression, faults
+from workload import compression, faults, placement
 from workload.config import TrainConfig
 from workload.data import Splits
 from workload.distributed import DistContext
@@ -198,6 +198,8 @@ class Trainer:
         self.model.train()
         losses, times = [], []
         batches = zip(*self.loaders)
+        interface = placement.link_interface() if self.ctx.world_size > 1 else None  # one process: no link
+        sent_at_start = placement.sent_bytes(interface)
         epoch_start = time.perf_counter()
         for step in range(1, steps + 1):
             if self.tracer:
@@ -223,9 +225,12 @@ class Trainer:
                 if self.ctx.is_main:
                     log.info("Epoch [%d/%d], Step [%d/%d], Loss: %.4f", epoch, self.cfg.epochs, step, steps, mean_loss)
         epoch_time = time.perf_counter() - epoch_start
+        sent = placement.sent_bytes(interface) - sent_at_start if sent_at_start >= 0 else -1
         # One collective for the whole epoch's losses and timings instead of one per step.
         step_losses = self.ctx.average(torch.stack(losses).cpu().double())
         all_times = self.ctx.gather_rows(torch.tensor(times, dtype=torch.float64))
+        # Every rank takes part whether or not it knows its link, so that no rank waits on another's collective.
+        link_sent = self.ctx.gather_rows(torch.tensor([sent], dtype=torch.float64)).flatten().tolist()
         # Every rank holds the same averaged losses, so every rank stops here together.
         self._check_finite(float(step_losses.sum()), epoch, steps)
         eval_start = time.perf_counter()
@@ -248,6 +253,7 @@ class Trainer:
             "steps": steps,
             "samples": int(all_times[..., 3].sum()),
             **epoch_timing(all_times, self.cfg.warmup_steps),
+            **_link_record(link_sent, epoch_time, interface),
         }
 
     def _check_finite(self, loss: float, epoch: int, step: int) -> None:
@@ -283,6 +289,7 @@ class Trainer:
             "parameters_identical_across_ranks": self.ctx.same_on_all_ranks(_digest(self.module.parameters())),
             "buffers_identical_across_ranks": self.ctx.same_on_all_ranks(_digest(self.module.buffers())),
             "peak_rss_mb_per_worker": self.ctx.gather_rows(rss_mb).flatten().tolist(),
+            "placement": placement.gather(self.ctx),
         }
 
     def _micro_batches(self, batches: tuple[list[Tensor], ...]) -> list[list[tuple[Tensor, Tensor]]]:
@@ -302,6 +309,15 @@ class Trainer:
             # Kernels run asynchronously: without this the clock would measure launches, not work.
             torch.cuda.synchronize(self.ctx.device)
         return time.perf_counter()
+
+
+def _link_record(sent: list[float], epoch_time: float, interface: str | None) -> dict[str, Any]:
+    """What each rank sent on its link in the epoch's training, and the mean rate per rank; nothing when a rank
+    could not read its interface's counters (no GLOO_SOCKET_IFNAME: the usual single-host run over loopback)."""
+    if not interface or min(sent) < 0:
+        return {}
+    return {"link": {"interface": interface, "sent_bytes_per_rank": [int(b) for b in sent],
+                     "sent_bytes_per_s_per_rank": sum(sent) / len(sent) / max(epoch_time, 1e-12)}}
 
 
 def _sha256(tensors: Any) -> "hashlib._Hash":

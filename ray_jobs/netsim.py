@@ -1,0 +1,296 @@
+"""A simulated multi-node Ray cluster on one host: one network namespace per node, a shaped link between them.
+
+    python -m ray_jobs.compare --simulate-nodes 2 --link-rates 20mbit,100mbit,unshaped --model-width 1,4
+
+- Node i is the namespace `<prefix>-n<i>`, its one interface `eth0` at 198.18.0.<i+1> (198.18.0.0/15 is the range
+  reserved for network benchmarks). Two nodes share one veth pair; more are joined by a bridge in a namespace of its
+  own (`<prefix>-sw`), as a switch would.
+- Every node's egress is shaped by a token bucket (`tc qdisc … tbf`) to the link rate; `unshaped` removes it.
+  This kernel has no netem: bandwidth can be shaped, latency cannot be added.
+- Node 0 runs the Ray head, the others `ray start --address`, each with a private temp folder (so the host's
+  `/tmp/ray` and its "current cluster" are left alone) and `GLOO_SOCKET_IFNAME=eth0`: gloo would otherwise bind
+  the address the shared hostname resolves to, loopback here. The comparison's driver runs inside node 0.
+- Each node's hostname resolves to its own address (`/etc/netns/<ns>/hosts`, which `ip netns exec` mounts over
+  /etc/hosts), as on a real cluster: Horovod 0.28.1 builds its process-set gloo device from the hostname whatever
+  HOROVOD_GLOO_IFACE says, and the host's own /etc/hosts maps it to loopback.
+- Teardown kills every process in the namespaces (never `ray stop`, which stops every Ray on the host), deletes
+  the namespaces, and with them the links; it runs after a failure, Ctrl-C or SIGTERM too.
+
+Needs root and the `ip` and `tc` commands; refuses in one line otherwise, before anything is created.
+"""
+
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workload.config import ConfigError
+
+log = logging.getLogger(__name__)
+SUBNET = "198.18.0"
+INTERFACE = "eth0"
+GCS_PORT = 6379
+MAX_NODES = 8
+ETC_NETNS = Path("/etc/netns")
+UNSHAPED = "unshaped"
+UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+TBF_LATENCY_MS = 200  # the queue a token bucket keeps before it drops: TCP then backs off, as on a real link
+RAY_START_TIMEOUT_S = 120
+KILL_GRACE_S = 5
+
+
+def parse_rates(text: str) -> list[str]:
+    """`20mbit,1gbit,unshaped` -> the rates, checked: a number with kbit, mbit or gbit, or `unshaped`."""
+    rates = [part.strip().lower() for part in text.split(",") if part.strip()]
+    for rate in rates:
+        if rate != UNSHAPED and bits_per_s(rate) is None:
+            raise ConfigError(f"--link-rates takes rates like 20mbit, 1gbit or {UNSHAPED}, got {rate!r}")
+    if not rates or len(set(rates)) != len(rates):
+        raise ConfigError(f"--link-rates takes distinct rates like 20mbit,1gbit,{UNSHAPED}, got {text!r}")
+    return rates
+
+
+def bits_per_s(rate: str) -> float | None:
+    """The rate in bit/s, None for `unshaped` (or anything else that is not a rate)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(kbit|mbit|gbit)", rate)
+    if not match or not (value := float(match[1]) * UNITS[match[2]]) >= 8_000:  # tbf needs at least 1 kB/s
+        return None
+    return value
+
+
+def check_host(nodes: int) -> None:
+    """Refuse, creating nothing, what would fail half-way: too few or too many nodes, no root, no ip or tc."""
+    if not 2 <= nodes <= MAX_NODES:
+        raise ConfigError(f"--simulate-nodes takes 2 to {MAX_NODES} nodes, got {nodes}")
+    if os.geteuid() != 0:
+        raise ConfigError("--simulate-nodes needs root (it creates network namespaces and shapes links); "
+                          "rerun as root, or leave --simulate-nodes out")
+    for tool, package in (("ip", "iproute2"), ("tc", "iproute2")):
+        if shutil.which(tool) is None:
+            raise ConfigError(f"--simulate-nodes needs the `{tool}` command, which is not on PATH; install {package}")
+    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    if done.returncode:
+        raise ConfigError(f"--simulate-nodes: this kernel or container refuses network namespaces "
+                          f"(`ip netns list`: {done.stderr.strip()[:120]})")
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    nodes: int
+    prefix: str
+    """Names every namespace and link of this cluster, so that teardown finds them all and no others."""
+    temp_dir: Path
+    """Ray's temp folder for every node of this cluster: sessions and logs, removed at teardown."""
+
+    def namespace(self, node: int) -> str:
+        return f"{self.prefix}-n{node}"
+
+    @property
+    def switch(self) -> str:
+        return f"{self.prefix}-sw"
+
+    def ip(self, node: int) -> str:
+        return f"{SUBNET}.{node + 1}"
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip(0)}:{GCS_PORT}"
+
+    def namespaces(self) -> list[str]:
+        return [self.namespace(i) for i in range(self.nodes)] + ([self.switch] if self.nodes > 2 else [])
+
+
+def node_environment(cluster: Cluster) -> dict[str, str]:
+    """What every process in a node sees, Ray's daemons and so its workers included."""
+    return {**os.environ,
+            # A throwaway cluster that only this host's namespaces can reach: Ray's token would only get in the way
+            # of the driver, and would be written into the user's ~/.ray.
+            "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+            # DDP's gloo; Horovod's takes the same interface (horovod_ddp.train.ray_worker).
+            "GLOO_SOCKET_IFNAME": INTERFACE,
+            "RAY_ADDRESS": cluster.address, "PYTHONUNBUFFERED": "1"}
+
+
+def in_node(cluster: Cluster, node: int, command: list[str]) -> list[str]:
+    return ["ip", "netns", "exec", cluster.namespace(node), *command]
+
+
+@contextmanager
+def cluster(nodes: int, cpus_per_node: int) -> Iterator[Cluster]:
+    """Build the namespaces and links, start Ray on every node; tear it all down when the block ends, however."""
+    check_host(nodes)
+    reap_stale()
+    prefix = f"dvh{os.getpid()}"
+    sim = Cluster(nodes, prefix, Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir="/tmp")))
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # a SIGTERM tears down as Ctrl-C does
+    try:
+        _build_links(sim)
+        _start_ray(sim, cpus_per_node)
+        yield sim
+    finally:
+        teardown(sim)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"`ip {' '.join(args)}` failed: {done.stderr.strip()[:200]}")
+
+
+def _build_links(sim: Cluster) -> None:
+    for ns in sim.namespaces():
+        _ip("netns", "add", ns)
+        _ip("-n", ns, "link", "set", "lo", "up")
+    for node in range(sim.nodes):
+        etc = ETC_NETNS / sim.namespace(node)
+        etc.mkdir(parents=True)
+        (etc / "hosts").write_text(f"127.0.0.1\tlocalhost\n{sim.ip(node)}\t{socket.gethostname()}\n")
+    if sim.nodes == 2:
+        # Interface names are created in this namespace first: the prefix keeps them apart from anyone else's.
+        _ip("link", "add", f"{sim.prefix}a0", "netns", sim.namespace(0), "type", "veth",
+            "peer", "name", f"{sim.prefix}a1", "netns", sim.namespace(1))
+        for node in range(2):
+            _ip("-n", sim.namespace(node), "link", "set", f"{sim.prefix}a{node}", "name", INTERFACE)
+    else:
+        _ip("-n", sim.switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", sim.switch, "link", "set", "br0", "up")
+        for node in range(sim.nodes):
+            _ip("link", "add", f"{sim.prefix}a{node}", "netns", sim.namespace(node), "type", "veth",
+                "peer", "name", f"{sim.prefix}b{node}", "netns", sim.switch)
+            _ip("-n", sim.namespace(node), "link", "set", f"{sim.prefix}a{node}", "name", INTERFACE)
+            _ip("-n", sim.switch, "link", "set", f"{sim.prefix}b{node}", "master", "br0", "up")
+    for node in range(sim.nodes):
+        _ip("-n", sim.namespace(node), "addr", "add", f"{sim.ip(node)}/24", "dev", INTERFACE)
+        _ip("-n", sim.namespace(node), "link", "set", INTERFACE, "up")
+
+
+def _start_ray(sim: Cluster, cpus_per_node: int) -> None:
+    ray = str(Path(sys.executable).parent / "ray")
+    common = ["--num-cpus", str(cpus_per_node), "--disable-usage-stats", "--temp-dir", str(sim.temp_dir)]
+    for node in range(sim.nodes):
+        role = (["--head", "--port", str(GCS_PORT), "--include-dashboard=false"] if node == 0
+                else ["--address", sim.address])
+        command = in_node(sim, node, [ray, "start", *role, "--node-ip-address", sim.ip(node), *common])
+        log_path = sim.temp_dir / f"ray-start-node{node}.log"
+        with log_path.open("w") as out:
+            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=node_environment(sim),
+                                  timeout=RAY_START_TIMEOUT_S)
+        if done.returncode:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(f"`ray start` on simulated node {node} failed: {tail[0][:200]}")
+    log.info("simulated cluster: %d nodes (%s), Ray head at %s", sim.nodes,
+             ", ".join(f"{sim.namespace(i)} {sim.ip(i)}" for i in range(sim.nodes)), sim.address)
+
+
+def shape(sim: Cluster, rate: str) -> None:
+    """Every node's egress at `rate` (a token bucket), or unshaped."""
+    bits = bits_per_s(rate)
+    for node in range(sim.nodes):
+        ns = sim.namespace(node)
+        if bits is None:
+            subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", INTERFACE, "root"], capture_output=True)
+            continue
+        # The bucket holds 10 ms of the rate, and at least a few full frames, so that bursts of segments pass.
+        burst = max(int(bits / 8 / 100), 16 * 1514)
+        done = subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", INTERFACE, "root", "tbf", "rate",
+                               f"{int(bits)}bit", "burst", str(burst), "latency", f"{TBF_LATENCY_MS}ms"],
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"tc could not shape {ns} to {rate}: {done.stderr.strip()[:200]}")
+
+
+def counters(sim: Cluster, node: int = 0) -> dict[str, int]:
+    """Bytes node `node` has sent and received on its link, from the kernel's interface counters."""
+    done = subprocess.run(["ip", "-n", sim.namespace(node), "-j", "-s", "link", "show", INTERFACE],
+                          capture_output=True, text=True, check=True)
+    stats = json.loads(done.stdout)[0]["stats64"]
+    return {"tx_bytes": stats["tx"]["bytes"], "rx_bytes": stats["rx"]["bytes"]}
+
+
+def teardown(sim: Cluster) -> None:
+    """Kill every process in the cluster's namespaces, delete the namespaces (their links go with them), and remove
+    Ray's temp folder. Safe to call twice, and after a half-built cluster."""
+    pids = {pid for ns in sim.namespaces() for pid in _pids(ns)}
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + KILL_GRACE_S
+        while (pids := {pid for pid in pids if _alive(pid)}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not pids:
+            break
+    for ns in sim.namespaces():
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        shutil.rmtree(ETC_NETNS / ns, ignore_errors=True)
+    for end in "ab":  # a link made before its namespaces moved it, had a step failed in between
+        for node in range(sim.nodes):
+            subprocess.run(["ip", "link", "del", f"{sim.prefix}{end}{node}"], capture_output=True)
+    shutil.rmtree(sim.temp_dir, ignore_errors=True)
+
+
+def reap_stale() -> None:
+    """Tear down the clusters of runs that no longer live (SIGKILL cannot be caught, so their teardown never ran)."""
+    stale: dict[int, set[int]] = {}
+    for name in leftovers()["namespaces"] + leftovers()["etc_netns"]:
+        if match := re.fullmatch(r"dvh(\d+)-(?:n(\d+)|sw)", name):
+            stale.setdefault(int(match[1]), set()).add(int(match[2] or 0))
+    for pid, nodes in stale.items():
+        if not _alive(pid):
+            log.warning("removing the simulated cluster of run %d, which ended without tearing it down", pid)
+            temp = [Path(p) for p in Path("/tmp").glob(f"dvh{pid}-*") if Path(p).is_dir()]
+            teardown(Cluster(max(max(nodes) + 1, 3), f"dvh{pid}", temp[0] if temp else Path("/nonexistent")))
+            for folder in temp[1:]:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _pids(ns: str) -> list[int]:
+    done = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    return [int(p) for p in done.stdout.split()] if done.returncode == 0 else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie waits only for its parent to read it; it holds nothing
+
+
+def leftovers(prefix: str = "dvh") -> dict[str, list[str]]:
+    """Namespaces and links this module names (`prefix`), still present: what a teardown must leave empty."""
+    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()
+    return {"namespaces": [line.split()[0] for line in spaces if line.startswith(prefix)],
+            "etc_netns": sorted(p.name for p in ETC_NETNS.glob(f"{prefix}*")),
+            "links": [line.split(":")[1].strip().split("@")[0] for line in links
+                      if line.split(":")[1].strip().startswith(prefix)]}
+
+
+def cpus_per_node(workers: int, nodes: int) -> int:
+    """CPUs each node offers Ray: enough for `workers` spread evenly, so that one worker lands on each node."""
+    return max(1, math.ceil(workers / nodes))

@@ -1,0 +1,260 @@
+"""Beyond one host: a simulated 2-node Ray cluster in network namespaces, a shaped link, placement on record, and
+a teardown that leaves nothing, however the run ends."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ray_jobs import link_sweep, netsim
+from tests.conftest import REPO, assert_one_line_error, data_flags, run_module
+from workload import model, regime
+from workload.config import ConfigError
+
+RATES = "20mbit,unshaped"
+
+
+def _ray_processes(marker: str) -> list[str]:
+    """Command lines of live processes that mention `marker` (a simulated cluster's temp folder)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in line and int(proc.name) != os.getpid():
+                out.append(line[:200])
+    return out
+
+
+def _nothing_left() -> dict[str, list[str]]:
+    left = netsim.leftovers()
+    left["processes"] = _ray_processes("/tmp/dvh")
+    return {k: v for k, v in left.items() if v}
+
+
+# Unit tests: no namespace is created.
+
+def test_link_rates_are_parsed_and_refused_in_one_line():
+    assert netsim.parse_rates("20mbit, 1gbit,unshaped") == ["20mbit", "1gbit", "unshaped"]
+    assert netsim.bits_per_s("20mbit") == 20e6 and netsim.bits_per_s("1.5gbit") == 1.5e9
+    assert netsim.bits_per_s(netsim.UNSHAPED) is None
+    for bad in ("20mbps", "fast", "20mbit,20mbit", "1kbit", ""):
+        with pytest.raises(ConfigError, match="--link-rates"):
+            netsim.parse_rates(bad)
+
+
+def test_the_driver_in_node_0_gets_every_flag_but_the_sweep_s_own():
+    argv = ["--simulate-nodes", "2", "--link-rates=20mbit", "--workers", "2", "--output-dir", "out",
+            "--model-width", "1,4"]
+    assert link_sweep.inner_args(argv) == ["--workers", "2", "--model-width", "1,4"]
+
+
+def test_without_root_it_refuses_before_creating_anything(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(ConfigError, match="needs root"):
+        netsim.check_host(2)
+
+
+def test_without_tc_it_refuses_naming_the_package(monkeypatch):
+    real = netsim.shutil.which
+    monkeypatch.setattr(netsim.shutil, "which", lambda tool: None if tool == "tc" else real(tool))
+    with pytest.raises(ConfigError, match="`tc`.*iproute2"):
+        netsim.check_host(2)
+
+
+def test_model_width_multiplies_channels_and_the_gradient_grows_towards_width_squared():
+    one, two, four = (model.size(w) for w in (1, 2, 4))
+    assert one["parameters"] == 29_034  # exactly the tutorial network
+    assert one["gradient_bytes"] == 4 * one["parameters"]
+    # conv2 grows as width², conv1, BatchNorm and the classifier as width: 2.9x at width 2, 9.3x at width 4.
+    assert 2.5 < two["parameters"] / one["parameters"] < 4
+    assert 8 < four["parameters"] / one["parameters"] < 16
+
+
+@pytest.mark.cluster
+def test_a_link_failing_half_way_through_the_build_leaves_nothing(monkeypatch):
+    calls = {"n": 0}
+    real = netsim._ip
+
+    def failing(*args):
+        calls["n"] += 1
+        if calls["n"] == 6:  # after the namespaces, during the links
+            raise RuntimeError("injected: the sixth `ip` command failed")
+        real(*args)
+
+    monkeypatch.setattr(netsim, "_ip", failing)
+    with pytest.raises(RuntimeError, match="injected"):
+        with netsim.cluster(2, 1):
+            pass
+    assert not _nothing_left()
+
+
+@pytest.mark.cluster
+def test_a_three_node_cluster_is_bridged_and_every_node_reaches_every_other(monkeypatch):
+    monkeypatch.setattr(netsim, "_start_ray", lambda sim, cpus: None)  # the links alone
+    with netsim.cluster(3, 1) as sim:
+        netsim.shape(sim, "50mbit")
+        for a, b in ((0, 1), (1, 2), (2, 0)):
+            probe = ("import socket; s = socket.socket(); s.settimeout(3); "
+                     f"print(s.connect_ex(('{sim.ip(b)}', 9)))")  # refused (111) means the node answered
+            done = subprocess.run(netsim.in_node(sim, a, [sys.executable, "-c", probe]), capture_output=True,
+                                  text=True, timeout=30)
+            assert done.stdout.strip() == "111", (a, b, done.stdout, done.stderr)
+    assert not _nothing_left()
+
+
+# The simulated cluster itself.
+
+@pytest.fixture(scope="module")
+def sweep(base_cfg, tmp_path_factory):
+    """One sweep: 2 nodes, 20 Mbit/s and unshaped, widths 1 and 2, both backends once, 1 epoch."""
+    assert not _nothing_left(), "a simulated cluster from elsewhere is still up"
+    out = tmp_path_factory.mktemp("sweep")
+    cfg = base_cfg
+    result = run_module("ray_jobs.compare", "--simulate-nodes", "2", "--link-rates", RATES, "--model-width", "1,2",
+                        "--workers", "2", "--repeats", "1", "--epochs", "1", *data_flags(cfg),
+                        "--output-dir", str(out), timeout=1500)
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    (sweep_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    return sweep_dir, result
+
+
+def _runs(sweep_dir: Path, rate: str, width: int) -> dict[str, dict]:
+    folder = sweep_dir / rate / f"model-width-{width}"
+    comparison = json.loads((folder / "comparison.json").read_text())
+    return {r["arm"]: json.loads((folder / r["results"]).read_text()) for r in comparison["runs"]}
+
+
+@pytest.mark.cluster
+def test_both_backends_put_one_rank_on_each_node(sweep):
+    sweep_dir, _ = sweep
+    for rate in RATES.split(","):
+        runs = _runs(sweep_dir, rate, 1)
+        for backend in ("native", "horovod"):
+            placement = runs[backend]["placement"]
+            assert [p["rank"] for p in placement] == [0, 1]
+            assert len({p["node_id"] for p in placement}) == 2, placement
+            assert {p["node_ip"] for p in placement} == {"198.18.0.1", "198.18.0.2"}
+            assert [p["local_rank"] for p in placement] == [0, 0]
+            assert runs[backend]["network"] == {"nodes": 2, "link_rate": rate,
+                                                "link_bits_per_s": netsim.bits_per_s(rate)}
+
+
+@pytest.mark.cluster
+def test_the_gradients_cross_the_shaped_veth(sweep):
+    sweep_dir, _ = sweep
+    network = json.loads((sweep_dir / regime.NETWORK).read_text())
+    for record in network["rates"]:
+        # The kernel's counters on node 0's end of the link, before and after the rate's comparison.
+        assert record["node0_link_bytes"]["tx_bytes"] > 1e6 and record["node0_link_bytes"]["rx_bytes"] > 1e6
+    for rate in RATES.split(","):
+        for backend in ("native", "horovod"):
+            epoch = _runs(sweep_dir, rate, 1)[backend]["epochs"][-1]
+            # A ring allreduce of 2 ranks sends each rank's whole gradient once per step (half, then half).
+            per_step = min(epoch["link"]["sent_bytes_per_rank"]) / epoch["steps"]
+            assert per_step >= model.size(1)["gradient_bytes"] * 0.9, (rate, backend, epoch["link"])
+        shaped = _runs(sweep_dir, "20mbit", 1)
+        for backend in ("native", "horovod"):
+            # Each node's egress is capped at 20 Mbit/s: no rank can send faster.
+            assert shaped[backend]["epochs"][-1]["link"]["sent_bytes_per_s_per_rank"] * 8 < 20e6 * 1.05
+
+
+@pytest.mark.cluster
+def test_a_slow_link_raises_the_comm_share_of_both_backends(sweep):
+    sweep_dir, _ = sweep
+    for width in (1, 2):
+        slow, fast = _runs(sweep_dir, "20mbit", width), _runs(sweep_dir, "unshaped", width)
+        for backend in ("native", "horovod"):
+            slow_share, fast_share = (r[backend]["epochs"][-1]["comm_share"] for r in (slow, fast))
+            assert slow_share > fast_share + 0.05, (width, backend, slow_share, fast_share)
+
+
+@pytest.mark.cluster
+def test_width_2_sends_about_three_times_the_bytes_of_width_1(sweep):
+    sweep_dir, _ = sweep
+    expected = model.size(2)["gradient_bytes"] / model.size(1)["gradient_bytes"]  # 2.9: see ConvNet
+    for backend in ("native", "horovod"):
+        sent = [_runs(sweep_dir, "unshaped", w)[backend]["epochs"][-1] for w in (1, 2)]
+        per_step = [sum(e["link"]["sent_bytes_per_rank"]) / e["steps"] for e in sent]
+        assert 0.8 * expected < per_step[1] / per_step[0] < 1.2 * expected, (backend, per_step)
+
+
+@pytest.mark.cluster
+def test_the_regime_report_and_network_png_are_written(sweep):
+    sweep_dir, result = sweep
+    report = (sweep_dir / "report.md").read_text()
+    for needle in ("| 20mbit | 1 | native |", "| unshaped | 2 | horovod |", "bytes per allreduce", "116,136",
+                   "Where the winner changes", "width 1: 20mbit:", "sent on the link"):
+        assert needle in report, needle
+    assert (sweep_dir / "network.png").stat().st_size > 10_000
+    rate_report = (sweep_dir / "20mbit" / "model-width-1" / "report.md").read_text()
+    assert "## Where the ranks ran" in rate_report and "198.18.0.2" in rate_report
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.cluster
+def test_the_sweep_tears_everything_down(sweep):
+    assert not _nothing_left()
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_sweep_leaves_no_namespace_link_or_ray_process(base_cfg, tmp_path, sig):
+    assert not _nothing_left()
+    log = (tmp_path / "output.log").open("w")  # a pipe nobody reads would fill and stop the run
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ray_jobs.compare", "--simulate-nodes", "2", "--link-rates", "20mbit", "--repeats", "1",
+         "--epochs", "1", *data_flags(base_cfg), "--output-dir", str(tmp_path / "out")],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    try:
+        # Interrupted once both Ray nodes are up and the driver in node 0 has started.
+        while not _ray_processes("--run-id 20mbit") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert time.monotonic() < deadline, "the driver in node 0 never started"
+        time.sleep(3)
+        assert netsim.leftovers()["namespaces"], "nothing to tear down yet"
+        proc.send_signal(sig)
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (tmp_path / "output.log").read_text()[-3000:]
+    assert "torn down" in (tmp_path / "output.log").read_text()
+    assert not _nothing_left()
+
+
+@pytest.mark.cluster
+def test_a_cluster_left_by_a_killed_run_is_reaped_by_the_next(monkeypatch):
+    monkeypatch.setattr(netsim, "_start_ray", lambda sim, cpus: None)  # the links alone
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that no longer runs, as a SIGKILLed sweep's
+    monkeypatch.setattr(os, "getpid", lambda: dead.pid)
+    cm = netsim.cluster(2, 1)
+    cm.__enter__()  # built, then abandoned without teardown, as by SIGKILL
+    assert netsim.leftovers()["namespaces"]
+    monkeypatch.undo()
+    monkeypatch.setattr(netsim, "_start_ray", lambda sim, cpus: None)
+    with netsim.cluster(2, 1):
+        assert netsim.leftovers()["namespaces"] == [f"dvh{os.getpid()}-n0", f"dvh{os.getpid()}-n1"]
+    assert not _nothing_left()
+
+
+def test_simulate_nodes_with_torchrun_is_one_line(base_cfg, tmp_path):
+    result = run_module("ray_jobs.compare", "--simulate-nodes", "2", "--launchers", "ray,torchrun",
+                        *data_flags(base_cfg), "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(result, "--launchers ray")
+    assert not (tmp_path / "out").exists() and not netsim.leftovers()["namespaces"]
+
+
+def test_link_rates_without_simulated_nodes_is_one_line(base_cfg, tmp_path):
+    result = run_module("ray_jobs.compare", "--link-rates", "20mbit", *data_flags(base_cfg),
+                        "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(result, "--simulate-nodes")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,70 @@
+"""Where each rank ran, and what it sent over its network link: facts every results.json records.
+
+`placement`: one entry per rank, `node_id`, `node_ip`, `rank` and `local_rank`. On Ray the node is Ray's node; under
+torchrun and horovodrun, which start every rank on one host here, it is the host.
+"""
+
+import os
+import socket
+from pathlib import Path
+
+import torch
+
+from workload.distributed import DistContext
+
+FIELD_BYTES = 96  # a Ray node id is 56 hex digits, an IPv4 address at most 15 characters
+
+
+def node() -> tuple[str, str]:
+    """This process's (node id, node IP): Ray's when it runs in a Ray worker, the host's otherwise."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+    except ImportError:
+        pass
+    host = socket.gethostname()
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        address = "127.0.0.1"
+    return host, address
+
+
+def gather(ctx: DistContext) -> list[dict[str, object]]:
+    """Every rank's node, gathered onto every rank (one collective), ordered by rank."""
+    node_id, node_ip = node()
+    row = torch.zeros(2 * FIELD_BYTES + 1, dtype=torch.int64)
+    for i, text in enumerate((node_id, node_ip)):
+        raw = text.encode()[:FIELD_BYTES]
+        row[i * FIELD_BYTES : i * FIELD_BYTES + len(raw)] = torch.tensor(list(raw), dtype=torch.int64)
+    row[-1] = ctx.local_rank
+    table = ctx.gather_rows(row)
+    return [{"rank": rank, "local_rank": int(r[-1]), "node_id": _text(r[:FIELD_BYTES]),
+             "node_ip": _text(r[FIELD_BYTES : 2 * FIELD_BYTES])} for rank, r in enumerate(table.tolist())]
+
+
+def _text(codes: list[int]) -> str:
+    return bytes(c for c in codes if c).decode(errors="replace")
+
+
+def link_interface() -> str | None:
+    """The interface gloo was told to use (GLOO_SOCKET_IFNAME, set on simulated and many real clusters), if any."""
+    names = os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")
+    return names[0].strip() or None
+
+
+def sent_bytes(interface: str | None) -> int:
+    """Bytes this process's network namespace has sent on `interface`, from the kernel's counters; -1 if unknown."""
+    if not interface:
+        return -1
+    try:
+        lines = Path("/proc/self/net/dev").read_text().splitlines()[2:]
+    except OSError:
+        return -1
+    for line in lines:
+        name, _, numbers = line.partition(":")
+        if name.strip() == interface:
+            return int(numbers.split()[8])  # receive has 8 columns, then transmit bytes
+    return -1

@@ -1,0 +1,191 @@
+"""The regime report of a link sweep (ray_jobs/link_sweep.py): for each link rate and model width, each backend's
+steady-state throughput, comm share and achieved link rate, native ÷ Horovod, and where the winner changes; and
+network.png. Read from the sweep's JSON alone, so `compare --render <sweep>` redraws it.
+"""
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on servers or in CI
+import matplotlib.pyplot as plt  # noqa: E402
+
+from workload import model, report, speed, stats, tuning  # noqa: E402
+from workload.config import ConfigError  # noqa: E402
+
+NETWORK = "network.json"
+SCHEMA_VERSION = 1
+BACKENDS = ("native", "horovod")
+
+
+def dumps(network: dict[str, Any]) -> str:
+    return json.dumps(network, separators=(",", ":"))
+
+
+def load(sweep_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """network.json, and one entry per (rate, width) with its comparison: {rate, bits, width, comparison}."""
+    sweep_dir = Path(sweep_dir)
+    try:
+        network = json.loads((sweep_dir / NETWORK).read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{sweep_dir / NETWORK} cannot be read ({error}); pass a folder written by "
+                          "compare --simulate-nodes") from None
+    cells = []
+    for rate in network["rates"]:
+        folder = sweep_dir / rate["folder"]
+        if (folder / tuning.GRID).exists():
+            grid, comparisons = tuning.load(folder)
+            found = [(s["model_width"], comparisons[s["folder"]]) for s in grid["settings"]]
+        elif (folder / report.COMPARISON).exists():
+            comparison = report.load(folder)
+            found = [(comparison["settings"]["config"].get("model_width", 1), comparison)]
+        else:
+            found = []  # the run at this rate failed before it wrote anything; network.json keeps its exit code
+        cells += [{"rate": rate["link_rate"], "bits": rate["link_bits_per_s"], "width": width,
+                   "comparison": comparison} for width, comparison in found]
+    return network, cells
+
+
+def rate_order(network: dict[str, Any]) -> list[str]:
+    """Slowest first, unshaped last."""
+    return [r["link_rate"] for r in sorted(network["rates"], key=lambda r: r["link_bits_per_s"] or float("inf"))]
+
+
+def rows(cells: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
+    out = []
+    for cell in cells:
+        by_arm = report.finished(cell["comparison"], workers)
+        answer = cell["comparison"]["speed"].get(str(workers))
+        for backend in BACKENDS:
+            runs = by_arm.get(backend, [])
+            if not runs:
+                continue
+            mean, interval = stats.mean_interval([r[speed.METRIC] for r in runs])
+            last = [r["epochs"][-1] for r in runs]
+            link = [e["link"]["sent_bytes_per_s_per_rank"] for e in last if "link" in e]
+            nodes = sorted({len({p["node_id"] for p in r.get("placement", [])}) for r in runs})
+            out.append({"rate": cell["rate"], "bits": cell["bits"], "width": cell["width"], "backend": backend,
+                        "mean": mean, "ci95": interval, "runs": len(runs),
+                        "comm_share": statistics.fmean(e["comm_share"] for e in last),
+                        "link_bytes_per_s": statistics.fmean(link) if link else None,
+                        "nodes": nodes, "native_over_horovod": answer if backend == "native" else None})
+    return out
+
+
+def table(cells: list[dict[str, Any]], workers: int, order: list[str]) -> str:
+    head = ("| link rate | width | backend | steady samples/s, mean (95 % CI), runs | comm share | sent on the link, "
+            "per rank | nodes used | native ÷ Horovod, paired (95 % CI) |")
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for row in sorted(rows(cells, workers), key=lambda r: (r["width"], order.index(r["rate"]),
+                                                           BACKENDS.index(r["backend"]))):
+        interval = (f"{row['mean']:.0f} ({row['ci95'][0]:.0f}–{row['ci95'][1]:.0f}), n={row['runs']}"
+                    if row["ci95"] else f"{row['mean']:.0f}, n={row['runs']}")
+        link = "—" if row["link_bytes_per_s"] is None else _rate(row["link_bytes_per_s"] * 8)
+        answer = row["native_over_horovod"]
+        lines.append(f"| {row['rate']} | {row['width']} | {row['backend']} | {interval} | "
+                     f"{100 * row['comm_share']:.0f} % | {link} | {', '.join(map(str, row['nodes']))} | "
+                     f"{report.ratio_text(answer) if answer else ''} |")
+    return "\n".join(lines)
+
+
+def winners(cells: list[dict[str, Any]], workers: int, order: list[str]) -> list[str]:
+    """One sentence per width: the verdict at each rate, slowest first, and where it changes."""
+    out = []
+    for width in sorted({c["width"] for c in cells}):
+        verdicts = []
+        for rate in order:
+            cell = next((c for c in cells if c["width"] == width and c["rate"] == rate), None)
+            answer = cell and cell["comparison"]["speed"].get(str(workers))
+            verdicts.append((rate, answer["verdict"] if answer else "not measured"))
+        said = "; ".join(f"{rate}: {verdict}" for rate, verdict in verdicts)
+        measured = [v for _, v in verdicts if v != "not measured"]
+        changes = [f"{a} → {b}" for (_, a), (_, b) in zip(verdicts, verdicts[1:]) if a != b and "not measured"
+                   not in (a, b)]
+        if not measured:
+            summary = "no rate was measured with both backends"
+        elif changes:
+            summary = "the verdict changes with the link: " + ", ".join(changes)
+        else:
+            summary = f"the verdict is the same at every rate measured ({measured[0]})"
+        out.append(f"- width {width}: {said}. So {summary}.")
+    return out
+
+
+def markdown(network: dict[str, Any], cells: list[dict[str, Any]]) -> str:
+    order = rate_order(network)
+    first = cells[0]["comparison"]["settings"] if cells else {"workers": [], "repeats": 0}
+    widths = sorted({c["width"] for c in cells})
+    out = [f"# Native DDP or Horovod across a link: sweep {network['sweep_id']}", "",
+           f"{network['nodes']} simulated nodes, each a network namespace with one interface, joined by a veth link "
+           "whose egress a token bucket (tc tbf) shapes to the rate; the Ray head and the comparison's driver run in "
+           "node 0. One comparison per rate (every arm "
+           f"{first['repeats']} time(s), interleaved); the rates ran one after another, so compare rates by their "
+           "intervals, and the backends within a rate by the paired ratio. Comm share: the time spent waiting for "
+           "averaged gradients after the local backward pass (last epoch, median over runs). Sent on the link: "
+           "each rank's bytes sent on its interface during the last epoch's training, from the kernel's counters, "
+           "per second of that epoch (warm-up steps and Ray's own traffic included). Nodes used: how many distinct "
+           "Ray nodes the ranks of a run landed on.", "",
+           "| width | parameters | bytes per allreduce (float32) |", "|---|---|---|"]
+    out += [f"| {w} | {(s := model.size(w))['parameters']:,} | {s['gradient_bytes']:,} |" for w in widths]
+    for workers in first["workers"]:
+        out += ["", f"## {workers} worker(s)", "", table(cells, workers, order), "", "**Where the winner changes.**",
+                *winners(cells, workers, order)]
+    failed = [r for r in network["rates"] if r["exit_code"]]
+    if failed:
+        out += ["", "## Rates whose comparison failed", ""]
+        out += [f"- {r['link_rate']}: exit code {r['exit_code']}; see {r['folder']}/" for r in failed]
+    out += ["", "Link counters of node 0's interface over each rate's whole comparison (both directions, Ray's "
+                "traffic included): " + "; ".join(
+                    f"{r['link_rate']} {_bytes(r['node0_link_bytes']['tx_bytes'])} sent, "
+                    f"{_bytes(r['node0_link_bytes']['rx_bytes'])} received" for r in network["rates"]) + ".", "",
+            "Plot: `network.png`, steady samples/s against link rate, one line per backend and width. Each rate's "
+            "own report is in its folder.", ""]
+    return "\n".join(out)
+
+
+def plot(network: dict[str, Any], cells: list[dict[str, Any]], path: Path) -> None:
+    order = rate_order(network)
+    workers = max((w for c in cells for w in c["comparison"]["settings"]["workers"]), default=0)
+    data = rows(cells, workers)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for width in sorted({r["width"] for r in data}):
+        for backend, style in zip(BACKENDS, ("-o", "--s")):
+            points = sorted(((order.index(r["rate"]), r["mean"]) for r in data
+                             if r["width"] == width and r["backend"] == backend))
+            if points:
+                ax.plot(*zip(*points), style, label=f"{backend}, width {width}")
+    ax.set_xticks(range(len(order)), order)
+    ax.set(xlabel="link rate between nodes (each node's egress)", ylabel="steady-state samples/s, total",
+           title=f"Throughput against link rate, {workers} workers on {network['nodes']} simulated nodes")
+    ax.set_ylim(bottom=0)
+    if data:
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def render(sweep_dir: str | Path) -> str:
+    """Write report.md and network.png into the sweep's folder; return the Markdown."""
+    network, cells = load(sweep_dir)
+    text = markdown(network, cells)
+    (Path(sweep_dir) / "report.md").write_text(text)
+    plot(network, cells, Path(sweep_dir) / "network.png")
+    return text
+
+
+def _rate(bits_per_s: float) -> str:
+    for unit, size in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bits_per_s >= size:
+            return f"{bits_per_s / size:.1f} {unit}"
+    return f"{bits_per_s:.0f} bit/s"
+
+
+def _bytes(count: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count:.0f} B"
