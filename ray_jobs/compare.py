@@ -185,7 +185,9 @@ def check_options(base: TrainConfig, backends: list[str]) -> None:
 
 
 def main() -> int:
-    parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.compare",
+    # No abbreviated flags: the link sweep passes the user's flags on to the driver in node 0 without its own, which
+    # it must recognise by their full names (ray_jobs/link_sweep.py).
+    parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.compare", allow_abbrev=False,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", default=DEFAULT_WORKERS,
                         help=f"worker counts to compare (default: {DEFAULT_WORKERS})")
@@ -266,6 +268,13 @@ def simulate(args: argparse.Namespace, base: TrainConfig, workers: list[int], ba
         raise ConfigError("--simulate-nodes places workers on Ray nodes; torchrun and horovodrun here start every "
                           "rank on this host: use --launchers ray")
     netsim.check_host(args.simulate_nodes)
+    netsim.check_workers(workers, args.simulate_nodes)
+    lists = [flag for flag, value in (("--compression", args.compression), ("--bucket-mb", args.bucket_mb))
+             if "," in value]
+    if lists:
+        # The regime report has one cell per rate and width; a second varied option would share its cells.
+        raise ConfigError(f"--simulate-nodes varies the link rate and --model-width; give {' and '.join(lists)} "
+                          "one value (run the tuning grid without --simulate-nodes)")
     check_options(base, backends)
     preflight.check_config(replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths())
     try:
@@ -273,6 +282,9 @@ def simulate(args: argparse.Namespace, base: TrainConfig, workers: list[int], ba
     except KeyboardInterrupt:
         log.error("interrupted; the simulated cluster is torn down (namespaces, links and its Ray processes)")
         return 130
+    except netsim.ClusterError as error:
+        log.error("error: %s; the simulated cluster is torn down", error)
+        return 1
     log.info("\n%s\nreport: %s", regime.render(sweep_dir), sweep_dir / "report.md")
     return 1 if code else 0
 

@@ -77,7 +77,8 @@ def label(setting: dict[str, Any], varied: list[str]) -> str:
 def run(compare: Callable[..., Path], base: TrainConfig, grid: list[dict[str, Any]], workers: list[int],
         backends: list[str], root: Path, run_id: str = "", **kwargs: Any) -> Path:
     """One comparison per setting into root/<grid-id>/<setting>/ (grid id: `run_id`, else a timestamp), then
-    grid.json and the tuning report there."""
+    grid.json and the tuning report there. A setting that leaves an option out keeps `base`'s value."""
+    grid = [{name: getattr(base, name) for name in OPTIONS} | setting for setting in grid]
     varied = [name for name in OPTIONS if len({setting[name] for setting in grid}) > 1]
     grid_dir = root / (run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
     grid_dir.mkdir(parents=True)

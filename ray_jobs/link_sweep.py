@@ -34,11 +34,10 @@ def inner_args(argv: list[str]) -> list[str]:
 
 
 def run(argv: list[str], nodes: int, rates: list[str], root: Path, workers: list[int]) -> tuple[Path, int]:
-    """Every rate's comparison, and the regime report; returns the sweep's folder and the worst exit code."""
-    sweep_dir = root / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    """Every rate's comparison, and the regime report; returns the sweep's folder and 1 if any rate failed."""
     records, code = [], 0
     with netsim.cluster(nodes, netsim.cpus_per_node(max(workers), nodes)) as sim:
-        sweep_dir.mkdir(parents=True)
+        sweep_dir = _new_folder(root, datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
         for i, rate in enumerate(rates, 1):
             netsim.shape(sim, rate)
             network = {"nodes": nodes, "link_rate": rate, "link_bits_per_s": netsim.bits_per_s(rate)}
@@ -49,9 +48,20 @@ def run(argv: list[str], nodes: int, rates: list[str], root: Path, workers: list
                                               "--network", regime.dumps(network)])
             done = subprocess.run(command, env=netsim.node_environment(sim), stdin=subprocess.DEVNULL)
             after = netsim.counters(sim)
-            code = max(code, done.returncode)
+            code = code or (1 if done.returncode else 0)  # a driver killed by a signal has a negative code
             records.append({**network, "folder": rate, "exit_code": done.returncode,
                             "node0_link_bytes": {k: after[k] - before[k] for k in after}})
     results.write_json(sweep_dir / regime.NETWORK, {"schema_version": regime.SCHEMA_VERSION,
                                                      "sweep_id": sweep_dir.name, "nodes": nodes, "rates": records})
     return sweep_dir, code
+
+
+def _new_folder(root: Path, name: str) -> Path:
+    """root/name, or root/name-2, … when a sweep started in the same second already took it."""
+    for suffix in ["", *(f"-{i}" for i in range(2, 100))]:
+        try:
+            (folder := root / f"{name}{suffix}").mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
+    raise FileExistsError(root / name)

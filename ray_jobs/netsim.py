@@ -50,6 +50,11 @@ UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 TBF_LATENCY_MS = 200  # the queue a token bucket keeps before it drops: TCP then backs off, as on a real link
 RAY_START_TIMEOUT_S = 120
 KILL_GRACE_S = 5
+KILL_ROUNDS = 5  # a process can fork while the namespace is emptied: list and kill again until none is left
+
+
+class ClusterError(RuntimeError):
+    """The simulated cluster could not be built or started; reported in one line, exit code 1."""
 
 
 def parse_rates(text: str) -> list[str]:
@@ -81,6 +86,9 @@ def check_host(nodes: int) -> None:
     for tool, package in (("ip", "iproute2"), ("tc", "iproute2")):
         if shutil.which(tool) is None:
             raise ConfigError(f"--simulate-nodes needs the `{tool}` command, which is not on PATH; install {package}")
+    if not os.access(ray_executable(), os.X_OK):
+        raise ConfigError(f"--simulate-nodes starts Ray nodes with {ray_executable()}, which is missing; install "
+                          "ray[default] into this environment (make setup)")
     done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     if done.returncode:
         raise ConfigError(f"--simulate-nodes: this kernel or container refuses network namespaces "
@@ -124,6 +132,11 @@ def node_environment(cluster: Cluster) -> dict[str, str]:
             "RAY_ADDRESS": cluster.address, "PYTHONUNBUFFERED": "1"}
 
 
+def ray_executable() -> str:
+    """The `ray` command of this interpreter's environment: every simulated node runs the same installation."""
+    return str(Path(sys.executable).parent / "ray")
+
+
 def in_node(cluster: Cluster, node: int, command: list[str]) -> list[str]:
     return ["ip", "netns", "exec", cluster.namespace(node), *command]
 
@@ -152,7 +165,7 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 def _ip(*args: str) -> None:
     done = subprocess.run(["ip", *args], capture_output=True, text=True)
     if done.returncode:
-        raise RuntimeError(f"`ip {' '.join(args)}` failed: {done.stderr.strip()[:200]}")
+        raise ClusterError(f"`ip {' '.join(args)}` failed: {done.stderr.strip()[:200]}")
 
 
 def _build_links(sim: Cluster) -> None:
@@ -183,19 +196,23 @@ def _build_links(sim: Cluster) -> None:
 
 
 def _start_ray(sim: Cluster, cpus_per_node: int) -> None:
-    ray = str(Path(sys.executable).parent / "ray")
+    ray = ray_executable()
     common = ["--num-cpus", str(cpus_per_node), "--disable-usage-stats", "--temp-dir", str(sim.temp_dir)]
     for node in range(sim.nodes):
         role = (["--head", "--port", str(GCS_PORT), "--include-dashboard=false"] if node == 0
                 else ["--address", sim.address])
         command = in_node(sim, node, [ray, "start", *role, "--node-ip-address", sim.ip(node), *common])
         log_path = sim.temp_dir / f"ray-start-node{node}.log"
-        with log_path.open("w") as out:
-            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=node_environment(sim),
-                                  timeout=RAY_START_TIMEOUT_S)
+        try:
+            with log_path.open("w") as out:
+                done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=node_environment(sim),
+                                      timeout=RAY_START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ClusterError(f"`ray start` on simulated node {node} did not finish in {RAY_START_TIMEOUT_S} s") \
+                from None
         if done.returncode:
             tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            raise RuntimeError(f"`ray start` on simulated node {node} failed: {tail[0][:200]}")
+            raise ClusterError(f"`ray start` on simulated node {node} failed: {tail[0][:200]}")
     log.info("simulated cluster: %d nodes (%s), Ray head at %s", sim.nodes,
              ", ".join(f"{sim.namespace(i)} {sim.ip(i)}" for i in range(sim.nodes)), sim.address)
 
@@ -214,7 +231,7 @@ def shape(sim: Cluster, rate: str) -> None:
                                f"{int(bits)}bit", "burst", str(burst), "latency", f"{TBF_LATENCY_MS}ms"],
                               capture_output=True, text=True)
         if done.returncode:
-            raise RuntimeError(f"tc could not shape {ns} to {rate}: {done.stderr.strip()[:200]}")
+            raise ClusterError(f"tc could not shape {ns} to {rate}: {done.stderr.strip()[:200]}")
 
 
 def counters(sim: Cluster, node: int = 0) -> dict[str, int]:
@@ -227,19 +244,31 @@ def counters(sim: Cluster, node: int = 0) -> dict[str, int]:
 
 def teardown(sim: Cluster) -> None:
     """Kill every process in the cluster's namespaces, delete the namespaces (their links go with them), and remove
-    Ray's temp folder. Safe to call twice, and after a half-built cluster."""
-    pids = {pid for ns in sim.namespaces() for pid in _pids(ns)}
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + KILL_GRACE_S
-        while (pids := {pid for pid in pids if _alive(pid)}) and time.monotonic() < deadline:
-            time.sleep(0.1)
+    Ray's temp folder. Safe to call twice, and after a half-built cluster. A second Ctrl-C or SIGTERM waits until
+    it is done: a teardown cut short would leave what it exists to remove."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        _kill_and_delete(sim)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _kill_and_delete(sim: Cluster) -> None:
+    for _ in range(KILL_ROUNDS):
+        pids = {pid for ns in sim.namespaces() for pid in _pids(ns)}
         if not pids:
             break
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + KILL_GRACE_S
+            while (pids := {pid for pid in pids if _alive(pid)}) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if not pids:
+                break
     for ns in sim.namespaces():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         shutil.rmtree(ETC_NETNS / ns, ignore_errors=True)
@@ -256,12 +285,24 @@ def reap_stale() -> None:
         if match := re.fullmatch(r"dvh(\d+)-(?:n(\d+)|sw)", name):
             stale.setdefault(int(match[1]), set()).add(int(match[2] or 0))
     for pid, nodes in stale.items():
-        if not _alive(pid):
+        if not _alive(pid) or _started_after(pid, Path("/run/netns") / f"dvh{pid}-n0"):
             log.warning("removing the simulated cluster of run %d, which ended without tearing it down", pid)
             temp = [Path(p) for p in Path("/tmp").glob(f"dvh{pid}-*") if Path(p).is_dir()]
             teardown(Cluster(max(max(nodes) + 1, 3), f"dvh{pid}", temp[0] if temp else Path("/nonexistent")))
             for folder in temp[1:]:
                 shutil.rmtree(folder, ignore_errors=True)
+
+
+def _started_after(pid: int, made: Path) -> bool:
+    """Whether process `pid` started after `made` was created: then the pid was reused, and the run that made it
+    is gone."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK") > made.stat().st_mtime + 1
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
 
 
 def _pids(ns: str) -> list[int]:
@@ -285,12 +326,21 @@ def leftovers(prefix: str = "dvh") -> dict[str, list[str]]:
     """Namespaces and links this module names (`prefix`), still present: what a teardown must leave empty."""
     spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()
-    return {"namespaces": [line.split()[0] for line in spaces if line.startswith(prefix)],
+    return {"namespaces": sorted(line.split()[0] for line in spaces if line.startswith(prefix)),
             "etc_netns": sorted(p.name for p in ETC_NETNS.glob(f"{prefix}*")),
-            "links": [line.split(":")[1].strip().split("@")[0] for line in links
-                      if line.split(":")[1].strip().startswith(prefix)]}
+            "links": sorted(line.split(":")[1].strip().split("@")[0] for line in links
+                            if line.split(":")[1].strip().startswith(prefix))}
+
+
+def check_workers(workers: list[int], nodes: int) -> None:
+    """One worker count, a multiple of the nodes: each node then offers Ray exactly its share of CPUs
+    (cpus_per_node), so the workers fill every node evenly and every run crosses the link. A second, smaller count
+    would fit on fewer nodes, and Ray packs a worker group where it fits."""
+    if len(workers) != 1 or workers[0] % nodes:
+        raise ConfigError(f"--simulate-nodes {nodes} takes one worker count, a multiple of {nodes} (one or more "
+                          f"workers on every node), got --workers {','.join(map(str, workers))}")
 
 
 def cpus_per_node(workers: int, nodes: int) -> int:
-    """CPUs each node offers Ray: enough for `workers` spread evenly, so that one worker lands on each node."""
+    """CPUs each node offers Ray: its share of the workers, so that they spread evenly over the nodes."""
     return max(1, math.ceil(workers / nodes))

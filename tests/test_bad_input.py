@@ -185,6 +185,13 @@ TABLE = [
     case("ray_jobs.compare", ["--launchers", "ray,horovodrun"], "`horovodrun` is not on PATH", env="no-horovodrun"),
     case("ray_jobs.compare", ["--launchers", "torchrun", "--backends", "horovod"], "which --backends leaves out"),
     case("ray_jobs.compare", ["--render", "{ws}/nowhere"], "does not exist"),
+    # A simulated cluster: every run must cross the link, and the regime report has one cell per rate and width.
+    case("ray_jobs.compare", ["--simulate-nodes", "2", "--workers", "2,4"], "takes one worker count, a multiple of 2"),
+    case("ray_jobs.compare", ["--simulate-nodes", "2", "--workers", "3"], "takes one worker count, a multiple of 2"),
+    case("ray_jobs.compare", ["--simulate-nodes", "2", "--compression", "none,fp16"], "give --compression one value"),
+    case("ray_jobs.compare", ["--simulate-nodes", "9"], "--simulate-nodes takes 2 to 8 nodes"),
+    # Abbreviations: the link sweep must recognise its own flags by their full names.
+    case("ray_jobs.compare", ["--simulate", "2"], "unrecognized arguments: --simulate 2"),
     case("ray_jobs.compare", ["--render", "{ws}/run"], "cannot be read as JSON", "corrupt-comparison"),
     case("ray_jobs.compare", ["--render", "{ws}/run"], "cannot be read as JSON", "binary-comparison"),
     case("ray_jobs.compare", ["--render", "{ws}/run"], "is not a comparison (it lacks schema_version, run_id",

@@ -96,6 +96,38 @@ def test_a_link_failing_half_way_through_the_build_leaves_nothing(monkeypatch):
     assert not _nothing_left()
 
 
+def test_a_ray_that_will_not_start_is_one_error_and_leaves_nothing(monkeypatch):
+    monkeypatch.setattr(netsim, "ray_executable", lambda: "/bin/false")  # `false start --head …` exits 1
+    with pytest.raises(netsim.ClusterError, match="`ray start` on simulated node 0 failed"):
+        with netsim.cluster(2, 1):
+            pass
+    assert not _nothing_left()
+
+
+def test_without_ray_in_the_environment_it_refuses_naming_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setattr(netsim, "ray_executable", lambda: str(tmp_path / "ray"))
+    with pytest.raises(ConfigError, match="install ray"):
+        netsim.check_host(2)
+
+
+def test_a_reused_pid_does_not_keep_a_dead_run_s_cluster_alive(tmp_path):
+    made = tmp_path / "namespace"
+    made.touch()
+    os.utime(made, (time.time() - 60, time.time() - 60))  # the namespace of a run that started a minute ago
+    later = subprocess.Popen(["sleep", "30"])  # a process that took the dead run's pid since
+    try:
+        assert netsim._started_after(later.pid, made)
+        assert not netsim._started_after(os.getpid(), tmp_path)  # this process is older than tmp_path
+    finally:
+        later.kill()
+        later.wait()
+
+
+def test_two_sweeps_in_one_second_get_two_folders(tmp_path):
+    first, second = (link_sweep._new_folder(tmp_path, "20261123-081500") for _ in range(2))
+    assert (first.name, second.name) == ("20261123-081500", "20261123-081500-2")
+
+
 @pytest.mark.cluster
 def test_a_three_node_cluster_is_bridged_and_every_node_reaches_every_other(monkeypatch):
     monkeypatch.setattr(netsim, "_start_ray", lambda sim, cpus: None)  # the links alone
@@ -163,7 +195,8 @@ def test_the_gradients_cross_the_shaped_veth(sweep):
         shaped = _runs(sweep_dir, "20mbit", 1)
         for backend in ("native", "horovod"):
             # Each node's egress is capped at 20 Mbit/s: no rank can send faster.
-            assert shaped[backend]["epochs"][-1]["link"]["sent_bytes_per_s_per_rank"] * 8 < 20e6 * 1.05
+            run = shaped[backend]
+            assert regime.sent_per_node(run, run["epochs"][-1]) * 8 < 20e6 * 1.05
 
 
 @pytest.mark.cluster

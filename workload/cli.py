@@ -81,9 +81,22 @@ def _field_docs() -> dict[str, str]:
 PROJECT_LOGGERS = ("__main__", "workload", "native_ddp", "horovod_ddp", "ray_jobs", "tests")
 
 
+class _StdoutHandler(logging.StreamHandler):
+    """Writes to whatever sys.stdout is when a line is logged, not to the stream it was at setup: a caller that
+    swaps stdout (pytest's capture, a redirect) and closes the old one must not leave logging writing into it."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
 def setup_logging(rank: int = 0) -> None:
     """The project's INFO lines on rank 0 only, so a multi-process run prints each once; libraries at WARNING."""
-    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout, force=True)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[_StdoutHandler()], force=True)
     for name in PROJECT_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO if rank == 0 else logging.WARNING)
 

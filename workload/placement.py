@@ -6,6 +6,7 @@ torchrun and horovodrun, which start every rank on one host here, it is the host
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import torch
@@ -17,13 +18,9 @@ FIELD_BYTES = 96  # a Ray node id is 56 hex digits, an IPv4 address at most 15 c
 
 def node() -> tuple[str, str]:
     """This process's (node id, node IP): Ray's when it runs in a Ray worker, the host's otherwise."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
-    except ImportError:
-        pass
+    ray = sys.modules.get("ray")  # a Ray worker has it imported; anything else need not pay for importing it
+    if ray is not None and ray.is_initialized():
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
     host = socket.gethostname()
     try:
         address = socket.gethostbyname(host)

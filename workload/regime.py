@@ -65,7 +65,7 @@ def rows(cells: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
                 continue
             mean, interval = stats.mean_interval([r[speed.METRIC] for r in runs])
             last = [r["epochs"][-1] for r in runs]
-            link = [e["link"]["sent_bytes_per_s_per_rank"] for e in last if "link" in e]
+            link = [sent_per_node(r, r["epochs"][-1]) for r in runs if "link" in r["epochs"][-1]]
             nodes = sorted({len({p["node_id"] for p in r.get("placement", [])}) for r in runs})
             out.append({"rate": cell["rate"], "bits": cell["bits"], "width": cell["width"], "backend": backend,
                         "mean": mean, "ci95": interval, "runs": len(runs),
@@ -75,9 +75,19 @@ def rows(cells: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
     return out
 
 
+def sent_per_node(run: dict[str, Any], epoch: dict[str, Any]) -> float:
+    """Bytes per second each node sent on its link in the epoch, averaged over nodes. Every rank reads its network
+    namespace's counter, which the ranks of one node share: each node is counted once, at its first rank."""
+    first_rank: dict[str, int] = {}
+    for place in run.get("placement") or [{"node_id": str(r), "rank": r} for r in range(run["workers"])]:
+        first_rank.setdefault(place["node_id"], place["rank"])
+    sent = epoch["link"]["sent_bytes_per_rank"]
+    return statistics.fmean(sent[rank] for rank in first_rank.values()) / max(epoch["epoch_time_s"], 1e-12)
+
+
 def table(cells: list[dict[str, Any]], workers: int, order: list[str]) -> str:
     head = ("| link rate | width | backend | steady samples/s, mean (95 % CI), runs | comm share | sent on the link, "
-            "per rank | nodes used | native ÷ Horovod, paired (95 % CI) |")
+            "per node | nodes used | native ÷ Horovod, paired (95 % CI) |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for row in sorted(rows(cells, workers), key=lambda r: (r["width"], order.index(r["rate"]),
                                                            BACKENDS.index(r["backend"]))):
@@ -118,15 +128,17 @@ def markdown(network: dict[str, Any], cells: list[dict[str, Any]]) -> str:
     order = rate_order(network)
     first = cells[0]["comparison"]["settings"] if cells else {"workers": [], "repeats": 0}
     widths = sorted({c["width"] for c in cells})
+    joined = ("joined by a veth pair" if network["nodes"] == 2 else "each joined by a veth pair to one bridge, as to "
+              "a switch")
     out = [f"# Native DDP or Horovod across a link: sweep {network['sweep_id']}", "",
-           f"{network['nodes']} simulated nodes, each a network namespace with one interface, joined by a veth link "
-           "whose egress a token bucket (tc tbf) shapes to the rate; the Ray head and the comparison's driver run in "
+           f"{network['nodes']} simulated nodes, each a network namespace with one interface, {joined}; a token "
+           "bucket (tc tbf) shapes each node's egress to the rate. The Ray head and the comparison's driver run in "
            "node 0. One comparison per rate (every arm "
            f"{first['repeats']} time(s), interleaved); the rates ran one after another, so compare rates by their "
            "intervals, and the backends within a rate by the paired ratio. Comm share: the time spent waiting for "
-           "averaged gradients after the local backward pass (last epoch, median over runs). Sent on the link: "
-           "each rank's bytes sent on its interface during the last epoch's training, from the kernel's counters, "
-           "per second of that epoch (warm-up steps and Ray's own traffic included). Nodes used: how many distinct "
+           "averaged gradients after the local backward pass (last epoch, mean over runs). Sent on the link: "
+           "each node's bytes sent on its interface during the last epoch's training, from the kernel's counters, "
+           "per second of that epoch, averaged over nodes and runs (warm-up steps and Ray's own traffic included). Nodes used: how many distinct "
            "Ray nodes the ranks of a run landed on.", "",
            "| width | parameters | bytes per allreduce (float32) |", "|---|---|---|"]
     out += [f"| {w} | {(s := model.size(w))['parameters']:,} | {s['gradient_bytes']:,} |" for w in widths]

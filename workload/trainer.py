@@ -253,7 +253,7 @@ class Trainer:
             "steps": steps,
             "samples": int(all_times[..., 3].sum()),
             **epoch_timing(all_times, self.cfg.warmup_steps),
-            **_link_record(link_sent, epoch_time, interface),
+            **_link_record(link_sent, interface),
         }
 
     def _check_finite(self, loss: float, epoch: int, step: int) -> None:
@@ -311,13 +311,13 @@ class Trainer:
         return time.perf_counter()
 
 
-def _link_record(sent: list[float], epoch_time: float, interface: str | None) -> dict[str, Any]:
-    """What each rank sent on its link in the epoch's training, and the mean rate per rank; nothing when a rank
-    could not read its interface's counters (no GLOO_SOCKET_IFNAME: the usual single-host run over loopback)."""
+def _link_record(sent: list[float], interface: str | None) -> dict[str, Any]:
+    """The bytes sent on the link during the epoch's training, as each rank read its interface's counter (ranks on
+    one node read the same counter: workload/regime.py counts each node once); nothing when a rank could not read
+    it (no GLOO_SOCKET_IFNAME: the usual single-host run over loopback)."""
     if not interface or min(sent) < 0:
         return {}
-    return {"link": {"interface": interface, "sent_bytes_per_rank": [int(b) for b in sent],
-                     "sent_bytes_per_s_per_rank": sum(sent) / len(sent) / max(epoch_time, 1e-12)}}
+    return {"link": {"interface": interface, "sent_bytes_per_rank": [int(b) for b in sent]}}
 
 
 def _sha256(tensors: Any) -> "hashlib._Hash":
