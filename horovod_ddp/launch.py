@@ -7,7 +7,7 @@ would also move the native backend off Train V2; RayExecutor works with the pinn
 import logging
 from typing import Any
 
-from horovod_ddp.train import import_horovod, ray_worker
+from horovod_ddp.worker import import_horovod, ray_worker
 from ray_jobs.cluster import RayRunOptions, user_error
 from workload.config import TrainConfig
 
@@ -16,7 +16,7 @@ START_TIMEOUT_S = 60
 
 
 def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
-    """Run `horovod_ddp.train.ray_worker` on `cfg.workers` Ray workers; return rank 0's result.
+    """Run `horovod_ddp.worker.ray_worker` on `cfg.workers` Ray workers; return rank 0's result.
 
     A failed attempt (a worker died, or lost its peer) is retried `max_failures` times from cfg.checkpoint_dir
     (see cluster.run_checkpoints), as Ray Train's FailureConfig does for native DDP.

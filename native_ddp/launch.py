@@ -1,6 +1,7 @@
 """Native DDP on Ray: Ray Train's TorchTrainer creates the process group and places the workers."""
 
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,11 @@ log = logging.getLogger(__name__)
 
 
 def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
-    """Run `native_ddp.train.train_func` on `cfg.workers` Ray workers; return rank 0's results.json."""
+    """Run `native_ddp.worker.train_func` on `cfg.workers` Ray workers; return rank 0's results.json."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from native_ddp.train import train_func
+    from native_ddp.worker import train_func
 
     # Ray's default health-check interval (2 s, RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, which Ray passes from this
     # driver to its controller) is kept on purpose: 0.5 s ended runs ~2.3 s sooner here but cost ~8 % of
@@ -25,6 +26,9 @@ def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
     starts_file = Path(cfg.output_dir) / ".worker-group-starts"
     starts_file.parent.mkdir(parents=True, exist_ok=True)
     starts_file.unlink(missing_ok=True)
+    # Ray Train keeps a folder per run (state, reported checkpoints), by default ~/ray_results/ray_train_run-<time>.
+    # A run nobody can resume (no --name) keeps it in its own output folder while it runs, and removes it after.
+    scratch = None if options.name or options.storage_path else Path(cfg.output_dir) / ".ray-train"
     trainer = TorchTrainer(
         train_func,
         # Ray checkpoints cost a write and an upload every epoch; they are kept only where a rerun (--name) or a
@@ -38,7 +42,7 @@ def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
         torch_config=TorchConfig(timeout_s=max(1, round(cfg.stall_timeout_s))),
         run_config=RunConfig(
             name=options.name,
-            storage_path=options.storage_path,
+            storage_path=str(scratch) if scratch else options.storage_path,
             failure_config=FailureConfig(max_failures=options.max_failures),
         ),
     )
@@ -46,4 +50,6 @@ def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
         trainer.fit()
     finally:
         starts_file.unlink(missing_ok=True)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     return results.read(Path(cfg.output_dir) / results.FILENAME)

@@ -1,11 +1,15 @@
 """Joining a Ray cluster, and refusing work it cannot place, before anything starts."""
 
+import atexit
 import logging
 import os
+import shutil
 import socket
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ray_jobs import worker_output
 from workload import faults
 from workload.config import ConfigError, TrainConfig
 
@@ -53,17 +57,25 @@ def run_checkpoints(backend: str, cfg: TrainConfig, options: RayRunOptions) -> t
     return cfg, False
 
 
-def connect() -> None:
-    """Join RAY_ADDRESS (set inside `ray job submit`), else a `ray start` cluster on this machine, else start one."""
+def connect(log_file: Path) -> None:
+    """Join RAY_ADDRESS (set inside `ray job submit`), else a `ray start` cluster on this machine, else start one.
+
+    Ray's and Horovod's own lines go to `log_file`, the project's to the output (ray_jobs/worker_output.py)."""
     import ray
 
+    worker_output.route(log_file)
     if ray.is_initialized():
+        worker_output.take_over()
         return
     check_address()
     # Ray starts workers from its raylet, not from this driver: the test-only fault variable must be passed on.
     fault = {faults.ENV: os.environ[faults.ENV]} if os.environ.get(faults.ENV) else {}
+    runtime_env = {"env_vars": fault} if fault else None
     try:
-        ray.init(log_to_driver=True, runtime_env={"env_vars": fault} if fault else None)
+        if _starts_a_local_ray():
+            _start_local(ray, runtime_env)
+        else:
+            ray.init(log_to_driver=True, runtime_env=runtime_env)
     except ConnectionError as error:
         message = " ".join(str(error).split())
         # Seen with Ray 2.60: `ray start` turns token authentication on when ~/.ray/auth_token exists, and a
@@ -71,6 +83,34 @@ def connect() -> None:
         hint = ("export RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token)" if "auth" in message.lower()
                 else "check that RAY_ADDRESS names the head node's GCS port (`ray status` there shows it)")
         raise ConfigError(f"could not join the Ray cluster ({message[:300]}); {hint}") from None
+    worker_output.take_over()
+
+
+def _starts_a_local_ray() -> bool:
+    """Whether ray.init() would start a Ray of its own here: no RAY_ADDRESS, and no `ray start` cluster recorded in
+    /tmp/ray. The same test ray.init() makes (a private Ray function, so a change in it only costs the cleanup)."""
+    try:
+        from ray._private import services
+
+        return services.canonicalize_bootstrap_address(None) is None
+    except Exception:  # noqa: BLE001 - any doubt: leave the decision to ray.init, as before
+        return False
+
+
+def _start_local(ray: object, runtime_env: dict | None) -> None:
+    """A Ray for this process alone, its session files in a folder of its own that goes when the process ends.
+
+    ray.init's own session folder, /tmp/ray/session_*, is never removed (about 2 MB a run). Ray keeps its secure
+    default here: the local start writes ~/.ray/auth_token, and a later `ray start --head` by the user turns token
+    authentication on (README, "Ray cluster")."""
+    temp_dir = tempfile.mkdtemp(prefix="ray-ddp-vs-horovod-", dir="/tmp")  # short: Ray's socket paths must fit
+
+    def stop() -> None:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+    atexit.register(stop)  # before ray.init registers its own shutdown, so this runs after it
+    ray.init(log_to_driver=True, runtime_env=runtime_env, _temp_dir=temp_dir)
 
 
 def check_address() -> None:

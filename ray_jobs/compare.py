@@ -26,12 +26,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ray_jobs import grid, launchers, link_sweep, netsim
+from ray_jobs import grid, launchers, link_sweep, netsim, worker_output
 from ray_jobs.cluster import check_address, connect, require, user_error
 from ray_jobs.launchers import Arm
 from ray_jobs.train import BACKENDS as RAY_BACKENDS
-from workload import (cli, data, options, parity, preflight, reference, regime, report, results, speed, stats,
-                      tracing, tuning)
+from workload import cli, data, options, parity, preflight, regime, report, results, speed, stats, tracing, tuning
 from workload.config import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -83,6 +82,8 @@ def plan(workers: list[int], arms: list[Arm], repeats: int,
             runs.append((0, Arm("global-batch", "local"), n))
         runs += [(r, arm, n) for r, arm in stats.balanced_order(arms, repeats)]
         if n > 1:
+            from workload import reference  # torch, to count GPUs: after the flags are read, not for --help
+
             if reason := reference.dataparallel_unavailable(n):
                 not_applicable.append({"backend": "dataparallel", "workers": n, "reason": reason})
             else:
@@ -105,15 +106,15 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
     if on_ray:
         check_address()
     base = data.resolve(base)
+    run_id = run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = root / run_id
     if on_ray:
-        connect()  # one Ray cluster for every run
+        connect(run_dir / worker_output.LOG)  # one Ray cluster for every run; the file opens with the first Ray run
         require(max(workers), base.use_gpu)
     runs, not_applicable = plan(workers, launchers.arms(backends, launcher_names), repeats,
                                 emulate_horovod=base.compression != "none" and "horovod" in backends)
     if not references:
         runs = [run for run in runs if run[1].launcher != "local"]
-    run_id = run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    run_dir = root / run_id
     run_dir.mkdir(parents=True)
     started = time.monotonic()
     records = []

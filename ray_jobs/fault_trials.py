@@ -5,14 +5,14 @@
 
 Every trial runs the command a user would type, with the launcher's way to recover turned on:
 
-- `ray-native`, `ray-horovod`: `python -m ray_jobs.train --backend B --max-failures 1 --name … --storage-path …`;
-- `torchrun`: `torchrun --standalone --max-restarts 1 … --checkpoint-dir …`, with
+- ray-native, ray-horovod: python -m ray_jobs.train --backend B --max-failures 1 --name … --storage-path …;
+- torchrun: torchrun --standalone --max-restarts 1 … --checkpoint-dir …, with
   TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1;
-- `horovodrun`: `horovodrun -np 2 … --checkpoint-dir …`, and when it fails, the same command again (horovodrun
+- horovodrun: horovodrun -np 2 … --checkpoint-dir …, and when it fails, the same command again (horovodrun
   has no restart of its own; Horovod elastic needs a discovery script and hvd.elastic state, see README).
 
-Rank 1 dies by SIGKILL in epoch 2: `--kill fault` (default) from inside, after step 10, through the test-only
-WORKLOAD_FAULT variable (workload/faults.py); `--kill sigkill` from this script, half a second after epoch 1's
+Rank 1 dies by SIGKILL in epoch 2: --kill fault (default) from inside, after step 10, through the test-only
+WORKLOAD_FAULT variable (workload/faults.py); --kill sigkill from this script, half a second after epoch 1's
 checkpoint, as an operator or the OOM killer would. Each trial is compared with one uninterrupted run of the same
 command: the step losses and the final weights must be bit-identical. Arms are interleaved, trial by trial.
 """

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ray_jobs.cluster import RayRunOptions
-from workload import cli, options, phases, reference
+from workload import cli, options, phases
 from workload.config import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,8 @@ def run(arm: Arm, cfg: TrainConfig) -> dict[str, Any]:
     """Run one arm into cfg.output_dir; its results.json, with phases from this call's start."""
     start = time.time()
     if arm.launcher == "local":
+        from workload import reference  # torch: imported when a reference runs, not by compare's --help
+
         reference.train(cfg, mode=arm.backend)
     elif arm.launcher == "ray":
         from ray_jobs.train import BACKENDS

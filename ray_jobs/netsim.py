@@ -127,7 +127,7 @@ def node_environment(cluster: Cluster) -> dict[str, str]:
             # A throwaway cluster that only this host's namespaces can reach: Ray's token would only get in the way
             # of the driver, and would be written into the user's ~/.ray.
             "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-            # DDP's gloo; Horovod's takes the same interface (horovod_ddp.train.ray_worker).
+            # DDP's gloo; Horovod's takes the same interface (horovod_ddp.worker.ray_worker).
             "GLOO_SOCKET_IFNAME": INTERFACE,
             "RAY_ADDRESS": cluster.address, "PYTHONUNBUFFERED": "1"}
 

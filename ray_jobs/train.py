@@ -3,8 +3,8 @@
     ray start --head
     ray job submit --working-dir . -- python -m ray_jobs.train --backend native --workers 2
 
-Inside `ray job submit` it joins the job's cluster; run directly it joins RAY_ADDRESS if set, else a
-`ray start` cluster on this machine, else starts a local Ray.
+Inside a Ray job (ray job submit) it joins the job's cluster; run directly it joins RAY_ADDRESS if set, else a
+cluster started with ray start on this machine, else starts a Ray of its own for the run.
 """
 
 import argparse
@@ -13,13 +13,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ray_jobs import worker_output
 from ray_jobs.cluster import (RayRunOptions, check_address, connect, require, run_checkpoints, user_error,
                               worker_failure)
-from workload import checkpoint, cli, data, phases, preflight, results
+from workload import cli, preflight
 from workload.config import ConfigError, TrainConfig
 from workload.options import check as check_options
-from workload.run import resume_state
 from workload.summary import format_result
+
+# torch and Ray are imported where a run needs them, not here: `--help` and a refused flag answer at once.
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +29,15 @@ log = logging.getLogger(__name__)
 def _native(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
     from native_ddp.launch import on_ray
 
-    return on_ray(cfg, options)
+    with worker_output.one_run(cfg.workers):
+        return on_ray(cfg, options)
 
 
 def _horovod(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
     from horovod_ddp.launch import on_ray
 
-    return on_ray(cfg, options)
+    with worker_output.one_run(cfg.workers):
+        return on_ray(cfg, options)
 
 
 BACKENDS = {"native": _native, "horovod": _horovod}
@@ -41,6 +45,8 @@ BACKENDS = {"native": _native, "horovod": _horovod}
 
 def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()) -> dict[str, Any]:
     """Check everything that can be checked, resolve the dataset, join Ray, train; returns rank 0's result."""
+    from workload import checkpoint, data
+
     check_options(cfg, backend)
     cfg = cfg.with_absolute_paths()
     preflight.check_config(cfg)
@@ -55,7 +61,7 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
     if resume:
         state, where = resume
         checkpoint.check_resume(state, cfg, where, backend, "ray")  # again, now that `auto` has become a dataset
-    connect()
+    connect(Path(cfg.output_dir) / worker_output.LOG)
     require(cfg.workers, cfg.use_gpu)
     if retry_only:
         shutil.rmtree(cfg.checkpoint_dir, ignore_errors=True)
@@ -88,6 +94,9 @@ def _resume_state(backend: str, cfg: TrainConfig, options: RayRunOptions) -> tup
     Native DDP takes the newer of Ray Train's latest checkpoint of run --name and cfg.checkpoint_dir, as its
     workers will.
     """
+    from workload import checkpoint
+    from workload.run import resume_state
+
     found = []
     if backend == "native" and options.name:
         run_dir = Path(options.storage_path or "~/ray_results").expanduser() / options.name
@@ -119,8 +128,10 @@ def main() -> int:
     parser.add_argument("--name", help="run name; the same name and storage path resume from the last checkpoint")
     parser.add_argument("--storage-path", help="where Ray keeps checkpoints (default: ~/ray_results)")
     parser.add_argument("--max-failures", type=int, default=0, help="restarts after a worker failure (default: 0)")
-    start = phases.process_started()  # end to end, as the user waits: imports and joining the cluster included
     args = parser.parse_args()
+    from workload import phases, results
+
+    start = phases.process_started()  # end to end, as the user waits: the process's start, imports included
     cfg = cli.config_from_args(args)
     options = RayRunOptions(name=args.name, storage_path=args.storage_path, max_failures=args.max_failures)
     doc = run(args.backend, cfg, options)

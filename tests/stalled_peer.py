@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from horovod_ddp.train import init
+from horovod_ddp.worker import init
 from workload.config import TrainConfig
 from workload.watchdog import Watchdog
 

@@ -1,6 +1,8 @@
 import gzip
 import logging
+import os
 import shutil
+import stat
 from dataclasses import replace
 from pathlib import Path
 
@@ -110,7 +112,20 @@ def offline_mnist(monkeypatch):
 
 def test_mnist_absent_and_not_downloadable_names_the_fix(tmp_path, offline_mnist):
     with pytest.raises(data.DataError, match="could not be downloaded.*use --dataset synthetic"):
-        data.resolve(TrainConfig(dataset="mnist", data_dir=str(tmp_path)))
+        data.resolve(TrainConfig(dataset="mnist", data_dir=str(tmp_path / "data")))
+    assert list(tmp_path.iterdir()) == []  # no empty data/MNIST/raw left by the failed download
+
+
+def test_generated_data_is_readable_as_the_umask_says(tmp_path):
+    old = os.umask(0o027)
+    try:
+        root = data.write_synthetic(TrainConfig(dataset="synthetic", data_dir=str(tmp_path), synthetic_train_size=100,
+                                                synthetic_test_size=20, batch_size=10))
+    finally:
+        os.umask(old)
+    raw = root / "MNIST" / "raw"
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (root, root / "MNIST", raw)} == {0o750}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in raw.iterdir()} == {0o640}
 
 
 def test_auto_falls_back_to_synthetic_and_says_so(tmp_path, offline_mnist, caplog):

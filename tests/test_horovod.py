@@ -88,6 +88,10 @@ def test_without_horovodrun_runs_as_a_single_worker_and_says_so(base_cfg, tmp_pa
                         "--max-steps-per-epoch", "10")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "not started by horovodrun: running as a single worker" in result.stdout
+    # The launcher's summary, as every launcher prints it, after the run's own first line: the dataset.
+    ours = [line for line in result.stdout.splitlines() if not line.startswith("[")]
+    assert ours[0].startswith("dataset: synthetic digits"), result.stdout[-3000:]
+    assert "horovod via horovodrun: 1 worker(s)" in result.stdout and "final test accuracy" in result.stdout
     assert read_results(tmp_path / "out")["workers"] == 1
 
 

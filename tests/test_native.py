@@ -71,6 +71,9 @@ def test_torchrun_two_processes(cfg, tmp_path):
                           *data_flags(cfg), "--output-dir", str(out)])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert_trained(read_results(out), 2, "torchrun")
+    # The summary every launcher prints, once (rank 0), before the results line.
+    assert result.stdout.count("native via torchrun: 2 worker(s)") == 1, result.stdout[-3000:]
+    assert result.stdout.index("final test accuracy") < result.stdout.index("results: ")
 
 
 @pytest.mark.parametrize("flags, needle", [

@@ -214,3 +214,19 @@ def test_a_worker_count_where_every_run_failed_still_renders(tmp_path):
     assert "**Speed: no verdict**" in two and "No run finished at this worker count" in two
     assert "- native/torchrun with 2 worker(s), round 1 of 1: RuntimeError" in markdown
     assert (tmp_path / "overhead.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_regime_report_names_each_stretch_of_one_verdict_with_its_rates():
+    from workload import regime
+
+    verdicts = {1: ("horovod faster", "native faster", "native faster"),
+                4: ("horovod faster", "no detectable difference", "native faster"),
+                2: ("native faster", "not measured", "native faster")}
+    rates = ["20mbit", "100mbit", "unshaped"]
+    cells = [{"width": width, "rate": rate,
+              "comparison": {"speed": {} if verdict == "not measured" else {"2": {"verdict": verdict}}}}
+             for width, row in verdicts.items() for rate, verdict in zip(rates, row)]
+    lines = regime.winners(cells, 2, rates)  # one per width, narrowest first
+    assert lines[0].endswith("changes with the link: horovod faster (20mbit) → native faster (100mbit, unshaped).")
+    assert lines[1].endswith("the verdict is the same at every rate measured (native faster).")
+    assert lines[2].endswith("horovod faster (20mbit) → no detectable difference (100mbit) → native faster (unshaped).")

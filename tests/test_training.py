@@ -3,6 +3,7 @@
 import argparse
 import math
 import os
+import stat
 from pathlib import Path
 from dataclasses import replace
 
@@ -55,7 +56,7 @@ def test_single_rank_gloo_ddp_steps_match_the_reference_bit_for_bit(cfg, compres
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
-        from native_ddp.train import DDPGradientSync, torch_all_reduce
+        from native_ddp.worker import DDPGradientSync, torch_all_reduce
 
         cfg = replace(cfg, compression=compression_name, grad_accumulation=accumulation)
         splits = data.load(cfg)
@@ -211,3 +212,27 @@ def test_a_file_that_is_not_our_checkpoint_is_one_clear_error(tmp_path, content,
         path.write_bytes(content)
     with pytest.raises(ConfigError, match=needle):
         checkpoint.load(tmp_path)
+
+
+def test_every_run_writes_tensorboard_scalars_and_files_as_the_umask_says(cfg, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from workload.tensorboard_scalars import TAGS
+
+    out = tmp_path / "run"
+    old = os.umask(0o027)  # not the usual 022: the modes must follow the umask, not happen to match it
+    try:
+        doc = reference.train(replace(cfg, epochs=2, max_steps_per_epoch=8, output_dir=str(out)))
+    finally:
+        os.umask(old)
+    events = EventAccumulator(str(out))
+    events.Reload()
+    assert set(events.Tags()["scalars"]) == TAGS
+    losses = events.Scalars("train/step_loss")
+    assert [e.step for e in losses] == list(range(1, 17))
+    assert [e.value for e in losses] == pytest.approx(doc["step_losses"], rel=1e-6)
+    accuracy = events.Scalars("test/accuracy")
+    assert [(e.step, e.value) for e in accuracy] == [(8, pytest.approx(doc["epochs"][0]["test_accuracy"])),
+                                                     (16, pytest.approx(doc["epochs"][1]["test_accuracy"]))]
+    assert stat.S_IMODE((out / results.FILENAME).stat().st_mode) == 0o640
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o640 for p in out.glob("events.out.tfevents.*"))

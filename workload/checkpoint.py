@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workload import faults
+from workload import faults, files
 from workload.config import RESUMABLE_CHANGES, ConfigError, TrainConfig, resume_conflicts
 from workload.model import ConvNet
 from workload.trainer import History
@@ -43,6 +43,7 @@ def save(directory: str | Path, module: nn.Module, optimizer: torch.optim.Optimi
         f.flush()
         faults.point("checkpoint", 0, history.last_epoch)  # only rank 0 writes
         os.fsync(f.fileno())
+    files.normal_mode(f.name)
     os.replace(f.name, directory / FILENAME)
     return directory / FILENAME
 

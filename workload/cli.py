@@ -8,10 +8,11 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, fields
 
-from workload.config import ConfigError, TrainConfig
-from workload.data import DataError
-from workload.distributed import PeerLost, launcher_rank
-from workload.trainer import Diverged
+from workload.config import AMP, COMPRESSIONS, DATASETS, ConfigError, TrainConfig
+from workload.errors import DataError, Diverged, PeerLost, launcher_rank
+
+CHOICES = {"dataset": DATASETS, "compression": COMPRESSIONS, "amp": AMP}
+"""Fields that take one of a few names: --help shows them as {a,b,c}; TrainConfig refuses others in one line."""
 
 # Settings the user can fix: one line, exit code 2. A diverged run, or one whose peer died, is a failed run: one
 # line, exit code 1.
@@ -49,7 +50,9 @@ def add_config_flags(parser: argparse.ArgumentParser, exclude: Iterable[str] = (
             parser.add_argument(flag, action="store_true", help=docs.get(f.name))
         else:
             kind = {"int": int, "float": float, "str": str}.get(f.type if isinstance(f.type, str) else f.type.__name__)
-            parser.add_argument(flag, type=kind, default=default, help=f"{docs.get(f.name, '')} (default: {default})")
+            choices = CHOICES.get(f.name)
+            parser.add_argument(flag, type=kind, default=default, help=f"{docs.get(f.name, '')} (default: {default})",
+                                metavar="{" + ",".join(choices) + "}" if choices else None)
 
 
 def config_to_args(cfg: TrainConfig, exclude: Iterable[str] = ()) -> list[str]:
@@ -74,7 +77,8 @@ def _field_docs() -> dict[str, str]:
     docs = {}
     for node, following in zip(body, body[1:]):
         if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
-            docs[node.target.id] = " ".join(str(following.value.value).split()).replace("%", "%%")
+            # Plain text: the docstrings' Markdown backticks would print as they are.
+            docs[node.target.id] = " ".join(str(following.value.value).split()).replace("%", "%%").replace("`", "")
     return docs
 
 

@@ -1,5 +1,7 @@
 """MNIST through the real torchvision loader: real digits when present or downloadable, synthetic IDX otherwise."""
 
+from __future__ import annotations
+
 import contextlib
 import io
 import logging
@@ -10,12 +12,15 @@ import struct
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from torch.utils.data import TensorDataset
-
-from workload import synthetic
+from workload import files
 from workload.config import TrainConfig
+from workload.errors import DataError
 from workload.preflight import check_epoch_length
+
+if TYPE_CHECKING:  # torch is imported when data is loaded: resolve() and the CLIs that call it stay light
+    from torch.utils.data import TensorDataset
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +31,6 @@ SPLIT_FILES = {
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
 IMAGES_MAGIC, LABELS_MAGIC = 0x0803, 0x0801
-
-
-class DataError(ValueError):
-    """A data problem the user can fix; CLIs print it as one line and exit 2."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +92,15 @@ def write_synthetic(cfg: TrainConfig) -> Path:
     scratch = Path(tempfile.mkdtemp(prefix=".partial-", dir=root.parent))
     try:
         (scratch / "MNIST" / "raw").mkdir(parents=True)
+        from workload import synthetic  # torch and numpy: imported only when digits are generated
+
         for split, seed_offset, count in (("train", 0, cfg.synthetic_train_size), ("test", 1, cfg.synthetic_test_size)):
             images, labels = synthetic.generate(count, seed=cfg.seed * 2 + seed_offset)
             images_name, labels_name = SPLIT_FILES[split]
             synthetic.write_idx(scratch / "MNIST" / "raw" / images_name, images)
             synthetic.write_idx(scratch / "MNIST" / "raw" / labels_name, labels)
+        for folder in (scratch, scratch / "MNIST", scratch / "MNIST" / "raw"):
+            files.normal_mode(folder)  # mkdtemp made it 0700; the IDX files inside are already as the umask says
         try:
             os.rename(scratch, root)
         except OSError:
@@ -121,6 +126,8 @@ def load(cfg: TrainConfig) -> Splits:
 
 
 def _tensors(dataset) -> TensorDataset:
+    from torch.utils.data import TensorDataset
+
     images = (dataset.data.unsqueeze(1).float() / 255 - MNIST_MEAN) / MNIST_STD
     return TensorDataset(images, dataset.targets.long())
 

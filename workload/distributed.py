@@ -11,6 +11,8 @@ from typing import NoReturn
 import torch
 from torch import Tensor
 
+from workload.errors import PeerLost, launcher_rank  # noqa: F401 - where the launchers import them from
+
 # `all_reduce(tensor, op)` with op "sum" or "max" returns the reduced tensor on every rank.
 AllReduce = Callable[[Tensor, str], Tensor]
 
@@ -41,10 +43,6 @@ class DistContext:
     def same_on_all_ranks(self, value: int) -> bool:
         both = self.all_reduce(torch.tensor([value, -value], dtype=torch.int64), "max")
         return int(both[0]) == -int(both[1])
-
-
-class PeerLost(RuntimeError):
-    """A collective failed because another rank died or left: this rank ends too, in one line saying how to resume."""
 
 
 def leave(error: PeerLost) -> NoReturn:
@@ -82,12 +80,3 @@ def single_process(device: torch.device | None = None) -> DistContext:
                        all_reduce=lambda tensor, op: tensor.clone())
 
 
-def launcher_rank() -> int:
-    """This process's rank as torchrun (RANK) or horovodrun (HOROVOD_RANK) set it, before any process group.
-
-    Only for printing a refusal once rather than once per rank; everything else takes the rank from DistContext.
-    """
-    # RANK alone may be any job system's; torchrun also sets TORCHELASTIC_RUN_ID.
-    name = "RANK" if "TORCHELASTIC_RUN_ID" in os.environ else "HOROVOD_RANK"
-    value = os.environ.get(name, "")
-    return int(value) if value.isdigit() else 0

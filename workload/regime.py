@@ -8,13 +8,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; no display on servers or in CI
-import matplotlib.pyplot as plt  # noqa: E402
-
-from workload import model, report, speed, stats, tuning  # noqa: E402
-from workload.config import ConfigError  # noqa: E402
+from workload import report, speed, stats, tuning
+from workload.config import ConfigError
 
 NETWORK = "network.json"
 SCHEMA_VERSION = 1
@@ -111,20 +106,29 @@ def winners(cells: list[dict[str, Any]], workers: int, order: list[str]) -> list
             answer = cell and cell["comparison"]["speed"].get(str(workers))
             verdicts.append((rate, answer["verdict"] if answer else "not measured"))
         said = "; ".join(f"{rate}: {verdict}" for rate, verdict in verdicts)
-        measured = [v for _, v in verdicts if v != "not measured"]
-        changes = [f"{a} → {b}" for (_, a), (_, b) in zip(verdicts, verdicts[1:]) if a != b and "not measured"
-                   not in (a, b)]
-        if not measured:
+        # The measured verdicts from the slowest link up, a run of equal verdicts named once with its rates.
+        stretches: list[tuple[str, list[str]]] = []
+        for rate, verdict in verdicts:
+            if verdict == "not measured":
+                continue
+            if stretches and stretches[-1][0] == verdict:
+                stretches[-1][1].append(rate)
+            else:
+                stretches.append((verdict, [rate]))
+        if not stretches:
             summary = "no rate was measured with both backends"
-        elif changes:
-            summary = "the verdict changes with the link: " + ", ".join(changes)
+        elif len(stretches) > 1:
+            summary = "the verdict changes with the link: " + " → ".join(
+                f"{verdict} ({', '.join(rates)})" for verdict, rates in stretches)
         else:
-            summary = f"the verdict is the same at every rate measured ({measured[0]})"
+            summary = f"the verdict is the same at every rate measured ({stretches[0][0]})"
         out.append(f"- width {width}: {said}. So {summary}.")
     return out
 
 
 def markdown(network: dict[str, Any], cells: list[dict[str, Any]]) -> str:
+    from workload import model  # torch, to count the network's parameters: only when a report is rendered
+
     order = rate_order(network)
     first = cells[0]["comparison"]["settings"] if cells else {"workers": [], "repeats": 0}
     widths = sorted({c["width"] for c in cells})
@@ -159,6 +163,7 @@ def markdown(network: dict[str, Any], cells: list[dict[str, Any]]) -> str:
 
 
 def plot(network: dict[str, Any], cells: list[dict[str, Any]], path: Path) -> None:
+    plt = report.pyplot()
     order = rate_order(network)
     workers = max((w for c in cells for w in c["comparison"]["settings"]["workers"]), default=0)
     data = rows(cells, workers)

@@ -5,13 +5,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; no display on servers or in CI
-import matplotlib.pyplot as plt  # noqa: E402
-
-from workload import parity, speed, stats  # noqa: E402
-from workload.config import ConfigError  # noqa: E402
+from workload import parity, speed, stats
+from workload.config import ConfigError
 
 COMPARISON = "comparison.json"
 SCHEMA_VERSION = 2
@@ -405,7 +400,18 @@ def _seconds(value: float) -> str:
     return f"{value:.2f} s" if abs(value) < 1 else f"{value:.1f} s"
 
 
+def pyplot() -> Any:
+    """matplotlib.pyplot, imported when a plot is drawn (a second), so --help and refusals answer at once."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display on servers or in CI
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot_losses(comparison: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
     counts = comparison["settings"]["workers"]
     fig, axes = plt.subplots(1, len(counts), figsize=(6 * len(counts), 4), squeeze=False)
     for ax, workers in zip(axes[0], counts):
@@ -423,6 +429,7 @@ def plot_losses(comparison: dict[str, Any], path: Path) -> None:
 
 
 def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
     """A bar per arm and worker count at the median steady samples/s, every run a dot on its bar."""
     counts = comparison["settings"]["workers"]
     by_count = [finished(comparison, workers) for workers in counts]
@@ -457,6 +464,7 @@ def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
 
 
 def plot_overhead(comparison: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
     """One stacked horizontal bar per worker count and distributed arm: the median time to each phase."""
     bars = []
     for workers in comparison["settings"]["workers"]:
@@ -488,7 +496,7 @@ def plot_overhead(comparison: dict[str, Any], path: Path) -> None:
 def _save(fig: Any, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
+    pyplot().close(fig)
 
 
 def _nothing(ax: Any, text: str) -> None:

@@ -1,17 +1,20 @@
 """The one result schema every backend and launcher writes: `<output-dir>/results.json`, by rank 0, at the end."""
 
+from __future__ import annotations
+
 import json
 import os
 import platform
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from workload import files
 from workload.config import TrainConfig
-from workload.trainer import History
+
+if TYPE_CHECKING:  # compare reads and writes results without importing torch (its --help answers at once)
+    from workload.trainer import History
 
 SCHEMA_VERSION = 1
 REQUIRED = {
@@ -26,6 +29,8 @@ FILENAME = "results.json"
 
 
 def environment() -> dict[str, Any]:
+    import torch
+
     return {
         "python": platform.python_version(),
         **{name: _version(name) for name in ("torch", "torchvision", "ray", "horovod")},
@@ -83,6 +88,7 @@ def write_json(path: Path, doc: Any) -> None:
     text = json.dumps(doc, indent=1, allow_nan=False)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
         f.write(text)
+    files.normal_mode(f.name)
     os.replace(f.name, path)
 
 

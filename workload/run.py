@@ -12,6 +12,7 @@ from workload import checkpoint, data, options, phases, results
 from workload.config import DATASETS, ConfigError, TrainConfig
 from workload.distributed import DistContext
 from workload.model import ConvNet
+from workload.tensorboard_scalars import Scalars
 from workload.trainer import History, Trainer
 
 T = TypeVar("T")
@@ -80,14 +81,21 @@ def train_and_report(
         # A results.json in the output folder must describe a finished run: never leave an older one behind.
         (Path(trainer.cfg.output_dir) / results.FILENAME).unlink(missing_ok=True)
     earlier = history.training_s  # by the attempts before this one, when it resumes
+    scalars = Scalars(trainer.cfg.output_dir, len(history.step_losses)) if trainer.ctx.is_main else None
     start = time.perf_counter()
 
     def save_epoch(epoch: int, history: History) -> None:
         history.training_s = earlier + time.perf_counter() - start  # before the checkpoint, so it carries this
+        if scalars:
+            scalars.epoch(history.epochs[-1], history.step_losses)
         on_epoch_end(epoch, history)
 
     assert history.last_epoch < trainer.cfg.epochs, "checkpoint.check_resume refuses a resume with nothing to train"
-    history = trainer.fit(history, save_epoch)
+    try:
+        history = trainer.fit(history, save_epoch)
+    finally:
+        if scalars:
+            scalars.close()
     extra = trainer.consistency()
     wall_time = earlier + time.perf_counter() - start
     if not trainer.ctx.is_main:

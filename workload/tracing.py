@@ -6,10 +6,14 @@ chrome://tracing or https://ui.perfetto.dev. The profiler slows the traced steps
 step, which a few slow steps barely move.
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported when a run traces, not by the entry points that only name the files
+    import torch
 
 STEPS = 3
 TIMELINE = "horovod-timeline.json"
@@ -32,6 +36,8 @@ class Tracer:
     def before_step(self, step: int) -> None:
         if self.done or self.profiler or step != self.first:
             return
+        import torch
+
         self.dir.mkdir(parents=True, exist_ok=True)
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.device.type == "cuda":

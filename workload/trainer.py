@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from workload import compression, faults, placement
 from workload.config import TrainConfig
 from workload.data import Splits
+from workload.errors import Diverged
 from workload.distributed import DistContext
 from workload.metrics import epoch_timing
 from workload.tracing import Tracer
@@ -40,10 +41,6 @@ class GradientSync(Protocol):
 
     def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
         """Apply the averaged gradients with `apply(optimizer)` (optimizer.step, or a GradScaler's step)."""
-
-
-class Diverged(RuntimeError):
-    """The loss became NaN or infinite: the run stops rather than report the figures of a broken model."""
 
 
 class EmulatedSync:

@@ -1,0 +1,161 @@
+"""What a run on Ray prints: the project's own lines, in order. Ray's, Ray Train's, gloo's and Horovod's go to a file.
+
+Ray forwards every worker's stdout and stderr to the driver, prefixed "(RayTrainWorker pid=…, ip=…)", coloured even
+when the output is not a terminal, and in batches, so a worker's last lines could arrive after the driver's summary.
+The project's workers log to stdout (workload/cli.py); what Ray, Ray Train, gloo and Horovod say in a worker goes
+to stderr (Python's logging and warnings, C++ glog). So, in the driver:
+
+- a worker's stdout line is logged as it is, without prefix or colour;
+- a worker's stderr line, and the driver's own Ray and Horovod log records, are appended to the log file (`ray.log`
+  in the run's output folder), prefix kept; the file is opened, and named in the output, when the first run
+  starts, so that a command refused after joining Ray (too few CPUs) leaves nothing;
+- each Ray worker prints END on stdout as it finishes; once a run has returned, the driver waits for every rank's END
+  (a few seconds at most) before it goes on, so a run's last epoch line comes before its summary and before the next
+  run's lines.
+
+Ray's dispatcher of forwarded lines is private (ray._private.worker, Ray 2.60): where it is missing, Ray prints as it
+always did, and only the driver's own records go to the file.
+"""
+
+import contextlib
+import logging
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+log = logging.getLogger(__name__)
+LOG = "ray.log"
+END = "ddp-vs-horovod: end of worker output"
+END_WAIT_S = 10.0
+RAY_HANDLER = "ray_print_logs"  # the name Ray gives its own handler (ray/_private/worker.py, connect)
+LIBRARY_LOGGERS = ("ray", "horovod", "py.warnings")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+_router: "_Router | None" = None
+
+
+class _Router:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # Held in memory until a run starts: a command refused after joining Ray (too few CPUs) creates nothing.
+        self.file: TextIO | None = None
+        self.pending: list[str] = []
+        self.lock = threading.Lock()
+        self.ends = 0
+        self.ended = threading.Condition(self.lock)
+
+    def write(self, text: str) -> None:
+        with self.lock:
+            if self.file is None:
+                self.pending.append(text)
+            else:
+                self.file.write(text)
+
+    def open(self) -> None:
+        with self.lock:
+            if self.file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.file = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - for the process
+                self.file.write("".join(self.pending))
+                self.pending = []
+                log.info("Ray's own lines: %s", self.path)
+
+    def library_logs_to_file(self) -> None:
+        handler = _ToRouter(self)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(_plain)
+        for name in LIBRARY_LOGGERS:
+            logger = logging.getLogger(name)
+            logger.handlers, logger.propagate = [handler], False
+        logging.captureWarnings(True)  # warnings.warn in the driver (Ray's deprecations among them) to py.warnings
+
+    def take_over_forwarding(self) -> bool:
+        try:
+            from ray._private.worker import global_worker_stdstream_dispatcher as dispatcher
+        except ImportError:
+            return False
+        dispatcher.remove_handler(RAY_HANDLER)
+        dispatcher.add_handler(RAY_HANDLER, self)
+        return True
+
+    def __call__(self, data: dict[str, Any]) -> None:
+        """One batch of forwarded lines from one worker process, in that worker's order."""
+        who = data.get("actor_name") or data.get("task_name") or ""
+        prefix = f"({who} pid={data.get('pid')}, ip={data.get('ip')}) "
+        lines = data.get("lines", [])
+        if data.get("pid") == "autoscaler":  # its status every 5 s: only the events, as Ray itself prints them
+            from ray._private.worker import filter_autoscaler_events
+
+            lines = list(filter_autoscaler_events(lines))
+        for line in lines:
+            line = ANSI.sub("", line)
+            if data.get("is_err") or data.get("pid") in ("autoscaler", "raylet"):
+                self.write(prefix + line + "\n")
+            elif line == END:
+                with self.ended:
+                    self.ends += 1
+                    self.ended.notify_all()
+            else:
+                log.info("%s", line)
+
+    def wait(self, ends: int, timeout_s: float) -> bool:
+        with self.ended:
+            return self.ended.wait_for(lambda: self.ends >= ends, timeout_s)
+
+
+class _ToRouter(logging.Handler):
+    def __init__(self, router: _Router) -> None:
+        super().__init__()
+        self.router = router
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.router.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging's own contract: a handler never raises
+            self.handleError(record)
+
+
+def _plain(record: logging.LogRecord) -> bool:
+    """Ray colours parts of its own messages (the dashboard's address): not in a file. A filter, not a formatter:
+    ray.init sets its own formatter on the handlers of its logger."""
+    record.msg, record.args = ANSI.sub("", record.getMessage()), None
+    return True
+
+
+def route(path: Path) -> Path:
+    """Before ray.init: the driver's Ray and Horovod records go to `path`. Returns the file in use (the first route
+    of a process wins: one file per command)."""
+    global _router
+    if _router is None:
+        _router = _Router(path)
+        _router.library_logs_to_file()
+    return _router.path
+
+
+def take_over() -> None:
+    """After ray.init: the workers' forwarded lines go through the router."""
+    if _router is not None and not _router.take_over_forwarding():
+        log.debug("Ray's log dispatcher not found; workers' lines print as Ray prints them")
+
+
+@contextlib.contextmanager
+def one_run(workers: int) -> Iterator[None]:
+    """Around one run on Ray: when it returns, wait until each of its `workers` ranks has said END."""
+    if _router is None:
+        yield
+        return
+    _router.open()
+    with _router.ended:
+        _router.ends = 0
+    yield
+    if not _router.wait(workers, END_WAIT_S):
+        log.debug("not every worker's last lines arrived within %.0f s", END_WAIT_S)
+
+
+def end() -> None:
+    """In a Ray worker, last: tells the driver this process has nothing more to print."""
+    sys.stdout.write(END + "\n")  # a marker for the driver's router, not a log line: it never reaches the output
+    sys.stdout.flush()

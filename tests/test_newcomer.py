@@ -1,0 +1,144 @@
+"""The newcomer's path: what a first run leaves on the machine, and the README's cluster block as pasted."""
+
+import glob
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, REPO, data_flags
+from workload import results
+
+
+def _footprint() -> set[str]:
+    """What Ray leaves outside a run's output folder: its session folders and Ray Train's run folders."""
+    return {*glob.glob("/tmp/ray/session_*"), *glob.glob("/tmp/ray-ddp-vs-horovod-*"),
+            *glob.glob(str(Path.home() / "ray_results" / "ray_train_run-*"))}
+
+
+PROJECT_LINES = (
+    r"dataset: .+",
+    r"Ray's own lines: .+/ray\.log",
+    r"Epoch \[\d+/\d+\], Step \[\d+/\d+\], Loss: [\d.]+",
+    r"Epoch \[\d+/\d+\] done: .+ samples/s",
+    r"native via ray: .+",  # the summary (workload/summary.py)
+    r"epoch +train loss .+",
+    r" +\d+ +[\d.]+ .+",
+    r"final test accuracy .+",
+    r"results: .+/results\.json",
+)
+RAY_LINES_ALLOWED: tuple[str, ...] = ()
+"""Ray's lines a default run may still print: none."""
+
+
+def _foreign(output: str) -> list[str]:
+    """The lines of `output` that are neither the project's nor allowed Ray lines."""
+    return [line for line in output.splitlines()
+            if not any(re.fullmatch(pattern, line) for pattern in (*PROJECT_LINES, *RAY_LINES_ALLOWED))]
+
+
+@pytest.mark.cluster
+def test_a_default_run_on_its_own_local_ray_prints_our_lines_and_leaves_nothing_behind(base_cfg, tmp_path):
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # no cluster to join: it starts its own
+    env.update(PATH=f"{BIN}{os.pathsep}{env['PATH']}", RAY_USAGE_STATS_ENABLED="0")
+    before = _footprint()
+    done = subprocess.run([sys.executable, "-m", "ray_jobs.train", "--backend", "native", "--workers", "1",
+                           "--epochs", "1", *data_flags(base_cfg), "--output-dir", str(out)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: os.umask(0o027))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # Our lines only, in order, without colour codes; Ray's, Ray Train's and gloo's went to the file it names.
+    output = done.stdout + done.stderr
+    assert "\x1b[" not in output and "Traceback" not in output, output[-3000:]
+    assert _foreign(output) == [], output[-3000:]
+    lines = output.splitlines()
+    assert lines[0].startswith("dataset: ") and lines[-1].startswith("results: "), output
+    last_epoch = max(i for i, line in enumerate(lines) if line.startswith("Epoch [1/1] done"))
+    assert last_epoch < next(i for i, line in enumerate(lines) if line.startswith("native via ray")), output
+    ray_log = (out / "ray.log").read_text()
+    assert "RayTrainWorker pid=" in ray_log and "\x1b[" not in ray_log, ray_log[-3000:]
+    assert _footprint() - before == set()
+    # Ray Train's folder for this run lived in the output folder while it ran, and went with the run.
+    assert not (out / ".ray-train").exists()
+    # Written as the umask says (0640 under 027), not with tempfile's private 0600.
+    assert stat.S_IMODE((out / results.FILENAME).stat().st_mode) == 0o640
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.glob("events.out.tfevents.*")} == {0o640}
+
+
+README_MARKER = "<!-- tests/test_newcomer.py runs the next block as pasted -->"
+
+
+def readme_block() -> str:
+    """The README's cluster block, exactly as a user would paste it."""
+    text = (REPO / "README.md").read_text()
+    after = text.split(README_MARKER, 1)[1]
+    assert after.lstrip().startswith("```sh\n"), "the marker must sit right above a ```sh block"
+    return after.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def _sandbox(home: Path, ray_tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """A throwaway machine for the block: its own network (loopback only), processes (so its `ray stop` stops only
+    its Ray), home (~/.ray) and Ray temp root; the venv first on PATH, as after `source .venv/bin/activate`."""
+    env = {"PATH": f"{BIN}{os.pathsep}/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(home), "RAY_TMPDIR": str(ray_tmp),
+           "RAY_USAGE_STATS_ENABLED": "0", "LANG": "C.UTF-8"}
+    return ["unshare", "--net", "--pid", "--fork", "--mount-proc"], env
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("before", ["fresh machine", "after a local ray.init"])
+def test_the_readme_cluster_block_works_as_pasted(tmp_path, before):
+    repo = tmp_path / "repo"  # the block writes results/ under the folder it runs in: a copy, not this checkout
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes((REPO / name).read_bytes())
+    home, ray_tmp = tmp_path / "home", Path(tempfile.mkdtemp(prefix="rb-", dir="/tmp"))  # Ray's sockets: short
+    home.mkdir()
+    prefix, env = _sandbox(home, ray_tmp)
+    script = "ip link set lo up\n"
+    if before == "after a local ray.init":
+        # What `make compare` leaves: a local Ray start writes ~/.ray/auth_token.
+        script += f"{sys.executable} -c 'import ray; ray.init(num_cpus=1); ray.shutdown()' >/dev/null 2>&1\n"
+        script += "test -s ~/.ray/auth_token\n"
+    try:
+        done = subprocess.run([*prefix, "bash", "-e", "-c", script + readme_block()], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=400)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "AuthenticationError" not in output and "Traceback" not in output, output[-4000:]
+    doc = results.read(repo / "results" / "ray-job" / results.FILENAME)
+    assert doc["backend"] == "native" and doc["workers"] == 2
+
+
+HEAVY = ("torch", "ray", "horovod", "matplotlib")
+HELP_PROBE = """
+import runpy, sys
+sys.argv = [sys.argv[1], "--help"]
+try:
+    runpy.run_module(sys.argv[0], run_name="__main__")
+except SystemExit:
+    pass
+print("IMPORTED", *sorted(name for name in {heavy} if name in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("entry", ["ray_jobs.train", "ray_jobs.compare", "native_ddp.train", "horovod_ddp.train",
+                                   "ray_jobs.bench", "ray_jobs.fault_trials"])
+def test_help_imports_no_framework(entry):
+    # What makes --help slow is importing torch, Ray, Horovod or matplotlib (2-4 s here); asserted on the imports,
+    # not on a time, which on a loaded machine would measure the machine.
+    done = subprocess.run([sys.executable, "-c", HELP_PROBE.format(heavy=HEAVY), entry], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "IMPORTED", done.stdout.splitlines()[-1]
+    assert "`" not in done.stdout  # plain text, not Markdown
+    assert "--dataset" not in done.stdout or "{auto,mnist,synthetic}" in done.stdout  # choices shown as choices

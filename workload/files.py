@@ -1,0 +1,28 @@
+"""Files and folders written the way the user's umask says, as `open()` and `mkdir()` would make them.
+
+Atomic writes go through a temporary file (tempfile makes those 0600) or folder (0700) that is then renamed into
+place; without this, results, checkpoints and data would keep those private modes, and colleagues reading a shared
+results folder could not open them.
+"""
+
+import os
+from pathlib import Path
+
+
+def umask() -> int:
+    """This process's umask, read without changing it (os.umask sets it, which races with other threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def normal_mode(path: str | Path) -> None:
+    """Give `path` the mode a plain open() (0666) or mkdir() (0777) would have given it under the umask."""
+    base = 0o777 if Path(path).is_dir() else 0o666
+    os.chmod(path, base & ~umask())

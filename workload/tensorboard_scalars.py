@@ -1,0 +1,38 @@
+"""TensorBoard scalars of every run: rank 0 writes them into the run's output folder, so that
+
+    tensorboard --logdir results/<run-id>
+
+overlays every run of a comparison (each run is a folder there), as Ray Train and Horovod users are used to.
+
+Every scalar is on one x axis, the optimizer step: the step loss at each step, and the epoch's test loss and
+accuracy, steady-state samples/s and comm share at the epoch's last step.
+"""
+
+from pathlib import Path
+from typing import Any
+
+TAGS = {"train/step_loss", "test/loss", "test/accuracy", "speed/samples_per_s", "speed/comm_share"}
+
+
+class Scalars:
+    def __init__(self, output_dir: str | Path, steps_done: int) -> None:
+        # Imported here: it loads TensorBoard, which only rank 0 of a running job needs.
+        from torch.utils.tensorboard import SummaryWriter
+
+        # A resumed run first drops what an earlier attempt logged after its last checkpoint.
+        self.writer = SummaryWriter(log_dir=str(output_dir), purge_step=steps_done or None)
+
+    def epoch(self, record: dict[str, Any], step_losses: list[float]) -> None:
+        """One finished epoch; `step_losses` holds every step's loss of the run so far, this epoch's last."""
+        first = len(step_losses) - record["steps"]
+        for step in range(first, len(step_losses)):
+            self.writer.add_scalar("train/step_loss", step_losses[step], step + 1)
+        last = len(step_losses)
+        self.writer.add_scalar("test/loss", record["test_loss"], last)
+        self.writer.add_scalar("test/accuracy", record["test_accuracy"], last)
+        self.writer.add_scalar("speed/samples_per_s", record["samples_per_s"], last)
+        self.writer.add_scalar("speed/comm_share", record["comm_share"], last)
+        self.writer.flush()  # an epoch is in TensorBoard as soon as it is done, even if the run dies later
+
+    def close(self) -> None:
+        self.writer.close()
