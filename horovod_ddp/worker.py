@@ -22,11 +22,11 @@ from typing import Any
 import torch
 
 from ray_jobs import worker_output
-from workload import checkpoint, cli, compression, data, faults, options, placement, preflight
+from workload import checkpoint, cli, compression, data, faults, options, placement, preflight, summary
 from workload.config import ConfigError, TrainConfig
-from workload.distributed import DistContext, launcher_rank, leave, peer_lost
+from workload.distributed import DistContext, leave, peer_lost
+from workload.errors import launcher_rank
 from workload.run import build_model, on_main, resolve_dataset, resume_state, train_and_report
-from workload.summary import format_result
 from workload.tracing import Tracer
 from workload.trainer import History, Trainer, amp_scaler, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
@@ -174,7 +174,7 @@ def run_horovodrun(cfg: TrainConfig) -> int:
                 log.info("not started by horovodrun: running as a single worker "
                          "(use horovodrun -np N python -m horovod_ddp.train for N)")
             if doc := train(ctx, cfg, "horovodrun", watchdog):
-                log.info("%s\nresults: %s", format_result(doc), os.path.join(cfg.output_dir, "results.json"))
+                summary.announce(doc)
         except _peer_errors() as error:
             raise peer_lost(error, ctx.rank, "horovodrun", cfg.checkpoint_dir) from None
         finally:

@@ -20,11 +20,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ray_jobs import worker_output
-from workload import checkpoint, cli, compression, data, faults, options, preflight
+from workload import checkpoint, cli, compression, data, faults, options, preflight, summary
 from workload.config import TrainConfig
 from workload.distributed import DistContext, leave, peer_lost
 from workload.run import build_model, resolve_dataset, resume_state, train_and_report
-from workload.summary import format_result
 from workload.tracing import Tracer
 from workload.trainer import History, Trainer, amp_scaler, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
@@ -203,7 +202,7 @@ def run_torchrun(cfg: TrainConfig) -> int:
                         save_checkpoint=checkpoint.directory_saver(ctx.rank, cfg.checkpoint_dir, cfg, "native",
                                                                    "torchrun"))
             if doc:
-                log.info("%s\nresults: %s", format_result(doc), os.path.join(cfg.output_dir, "results.json"))
+                summary.announce(doc)
         except RuntimeError as error:
             if not _lost_peer(error):
                 raise

@@ -159,7 +159,7 @@ def user_error(error: BaseException) -> BaseException | None:
     exception in RayTaskError (Horovod's RayExecutor) or WorkerGroupError (Ray Train), with a traceback we
     would otherwise print instead of the one line that says what to fix."""
     from workload.cli import EXIT_CODES
-    from workload.distributed import PeerLost
+    from workload.errors import PeerLost
 
     # A lost peer is not the user's to fix: a retry (--max-failures) can get past it.
     user_errors = tuple(kind for kind in EXIT_CODES if kind is not PeerLost)
@@ -186,7 +186,7 @@ def worker_failure(error: BaseException, options: RayRunOptions, resume_hint: st
     """
     from ray.exceptions import RayActorError, RayError
 
-    from workload.distributed import PeerLost
+    from workload.errors import PeerLost
 
     try:
         from ray.train.v2.api.exceptions import TrainingFailedError

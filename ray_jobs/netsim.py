@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from workload.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -88,7 +90,7 @@ def check_host(nodes: int) -> None:
             raise ConfigError(f"--simulate-nodes needs the `{tool}` command, which is not on PATH; install {package}")
     if not os.access(ray_executable(), os.X_OK):
         raise ConfigError(f"--simulate-nodes starts Ray nodes with {ray_executable()}, which is missing; install "
-                          "ray[default] into this environment (make setup)")
+                          "ray[default] into this environment (make install)")
     done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     if done.returncode:
         raise ConfigError(f"--simulate-nodes: this kernel or container refuses network namespaces "
@@ -297,11 +299,8 @@ def _started_after(pid: int, made: Path) -> bool:
     """Whether process `pid` started after `made` was created: then the pid was reused, and the run that made it
     is gone."""
     try:
-        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19])
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK") > made.stat().st_mtime + 1
-    except (OSError, StopIteration, ValueError, IndexError):
+        return psutil.Process(pid).create_time() > made.stat().st_mtime + 1
+    except (psutil.Error, OSError):
         return False
 
 

@@ -16,10 +16,9 @@ from typing import Any
 from ray_jobs import worker_output
 from ray_jobs.cluster import (RayRunOptions, check_address, connect, require, run_checkpoints, user_error,
                               worker_failure)
-from workload import cli, preflight
+from workload import cli, preflight, summary
 from workload.config import ConfigError, TrainConfig
 from workload.options import check as check_options
-from workload.summary import format_result
 
 # torch and Ray are imported where a run needs them, not here: `--help` and a refused flag answer at once.
 
@@ -129,14 +128,14 @@ def main() -> int:
     parser.add_argument("--storage-path", help="where Ray keeps checkpoints (default: ~/ray_results)")
     parser.add_argument("--max-failures", type=int, default=0, help="restarts after a worker failure (default: 0)")
     args = parser.parse_args()
-    from workload import phases, results
+    from workload import phases
 
     start = phases.process_started()  # end to end, as the user waits: the process's start, imports included
     cfg = cli.config_from_args(args)
     options = RayRunOptions(name=args.name, storage_path=args.storage_path, max_failures=args.max_failures)
     doc = run(args.backend, cfg, options)
     doc = phases.finish(doc["config"]["output_dir"], start)
-    log.info("%s\nresults: %s", format_result(doc), Path(doc["config"]["output_dir"]) / results.FILENAME)
+    summary.announce(doc)
     return 0
 
 

@@ -125,14 +125,13 @@ def _plain(record: logging.LogRecord) -> bool:
     return True
 
 
-def route(path: Path) -> Path:
-    """Before ray.init: the driver's Ray and Horovod records go to `path`. Returns the file in use (the first route
-    of a process wins: one file per command)."""
+def route(path: Path) -> None:
+    """Before ray.init: the driver's Ray and Horovod records go to `path` (the first route of a process wins: one
+    file per command)."""
     global _router
     if _router is None:
         _router = _Router(path)
         _router.library_logs_to_file()
-    return _router.path
 
 
 def take_over() -> None:

@@ -229,4 +229,5 @@ def test_the_regime_report_names_each_stretch_of_one_verdict_with_its_rates():
     lines = regime.winners(cells, 2, rates)  # one per width, narrowest first
     assert lines[0].endswith("changes with the link: horovod faster (20mbit) → native faster (100mbit, unshaped).")
     assert lines[1].endswith("the verdict is the same at every rate measured (native faster).")
-    assert lines[2].endswith("horovod faster (20mbit) → no detectable difference (100mbit) → native faster (unshaped).")
+    assert lines[2].endswith("horovod faster (20mbit) → no detectable difference (100mbit) → native faster "
+                             "(unshaped).")

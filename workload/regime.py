@@ -142,8 +142,8 @@ def markdown(network: dict[str, Any], cells: list[dict[str, Any]]) -> str:
            "intervals, and the backends within a rate by the paired ratio. Comm share: the time spent waiting for "
            "averaged gradients after the local backward pass (last epoch, mean over runs). Sent on the link: "
            "each node's bytes sent on its interface during the last epoch's training, from the kernel's counters, "
-           "per second of that epoch, averaged over nodes and runs (warm-up steps and Ray's own traffic included). Nodes used: how many distinct "
-           "Ray nodes the ranks of a run landed on.", "",
+           "per second of that epoch, averaged over nodes and runs (warm-up steps and Ray's own traffic included). "
+           "Nodes used: how many distinct Ray nodes the ranks of a run landed on.", "",
            "| width | parameters | bytes per allreduce (float32) |", "|---|---|---|"]
     out += [f"| {w} | {(s := model.size(w))['parameters']:,} | {s['gradient_bytes']:,} |" for w in widths]
     for workers in first["workers"]:

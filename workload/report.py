@@ -429,8 +429,8 @@ def plot_losses(comparison: dict[str, Any], path: Path) -> None:
 
 
 def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
-    plt = pyplot()
     """A bar per arm and worker count at the median steady samples/s, every run a dot on its bar."""
+    plt = pyplot()
     counts = comparison["settings"]["workers"]
     by_count = [finished(comparison, workers) for workers in counts]
     arms = sorted({arm for by_arm in by_count for arm in by_arm},
@@ -464,8 +464,8 @@ def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
 
 
 def plot_overhead(comparison: dict[str, Any], path: Path) -> None:
-    plt = pyplot()
     """One stacked horizontal bar per worker count and distributed arm: the median time to each phase."""
+    plt = pyplot()
     bars = []
     for workers in comparison["settings"]["workers"]:
         for arm, runs in finished(comparison, workers).items():

@@ -1,6 +1,17 @@
 """A one-screen text summary of a results.json, for the terminal."""
 
+import logging
+from pathlib import Path
 from typing import Any
+
+from workload import results
+
+log = logging.getLogger(__name__)
+
+
+def announce(doc: dict[str, Any]) -> None:
+    """The last lines of every launcher's run: the summary, then where its results.json is."""
+    log.info("%s\nresults: %s", format_result(doc), Path(doc["config"]["output_dir"]) / results.FILENAME)
 
 
 def format_result(doc: dict[str, Any]) -> str:

@@ -18,8 +18,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 from workload import compression, faults, placement
 from workload.config import TrainConfig
 from workload.data import Splits
-from workload.errors import Diverged
 from workload.distributed import DistContext
+from workload.errors import Diverged
 from workload.metrics import epoch_timing
 from workload.tracing import Tracer
 from workload.watchdog import Watchdog
