@@ -8,7 +8,7 @@ python -m ray_jobs.train --backend horovod.
 
 import argparse
 
-from workload import cli, options, preflight
+from contract import cli, options, preflight
 
 # torch and Horovod are imported by the worker once the flags are good: --help and a refused flag answer at once.
 

@@ -1,130 +1,26 @@
-"""Horovod worker: the shared workload with hvd.DistributedOptimizer.
+"""Horovod's worker entry points: one horovodrun rank, and the function horovod.ray.RayExecutor runs on each Ray
+worker. Each runs the Horovod adapter (horovod_ddp/adapter.py) inside the rank's life (workload/lifecycle.py).
 
 `run_horovodrun` is one rank of `horovodrun -np 4 python -m horovod_ddp.train [flags]` (Gloo here; NCCL where
 Horovod is built for GPUs); `ray_worker` is one of `python -m ray_jobs.train --backend horovod`.
-
-Bounded failure: a peer that never starts fails the run after horovodrun's --start-timeout (default 30 s;
-RayExecutor: 60 s) and the Gloo rendezvous timeout (HOROVOD_GLOO_TIMEOUT_SECONDS, default 30 s); a peer that
-stalls mid-run ends it after --stall-timeout-s (default 300 s, see workload/watchdog.py). Horovod's own stall
-check still logs its warning after HOROVOD_STALL_CHECK_TIME_SECONDS (set to 30 s here unless given).
 """
 
-import contextlib
-import dataclasses
 import logging
 import os
-import time
-from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-import torch
-
-from ray_jobs import worker_output
-from workload import checkpoint, cli, compression, data, faults, options, placement, preflight, summary
-from workload.config import ConfigError, TrainConfig
-from workload.distributed import DistContext, leave, peer_lost
-from workload.errors import launcher_rank
-from workload.run import build_model, on_main, resolve_dataset, resume_state, train_and_report
-from workload.tracing import Tracer
-from workload.trainer import History, Trainer, amp_scaler, build_optimizer, shard_loader
-from workload.watchdog import Watchdog
+from contract import preflight
+from contract.config import TrainConfig
+from horovod_ddp.adapter import init, lost_peer, shutdown, train
+from workload import placement
+from workload.distributed import DistContext
+from workload.lifecycle import Framework, run_rank
+from workload.run import on_main, resolve_dataset, resume_state
 
 log = logging.getLogger(__name__)
-
-INSTALL_HINT = "run `make install` (it builds Horovod 0.28.1 with PyTorch and Gloo into .venv)"
-
-
-def import_horovod():
-    """horovod.torch, or a ConfigError saying how to get it."""
-    try:
-        import horovod.torch as hvd
-    except ImportError as error:
-        raise ConfigError(f"Horovod with PyTorch support is not importable ({error}); {INSTALL_HINT}") from None
-    return hvd
-
-
-class HorovodGradientSync:
-    """Horovod starts an allreduce per gradient from backward hooks; synchronize() waits for them all."""
-
-    def __init__(self, optimizer) -> None:
-        self.optimizer = optimizer
-
-    def no_sync(self) -> contextlib.AbstractContextManager:
-        # Horovod: backward_passes_per_step already holds the allreduce back until the last micro-batch.
-        return contextlib.nullcontext()
-
-    def group_done(self) -> None:
-        pass
-
-    def wait(self, backward_end: float) -> float:
-        start = time.perf_counter()
-        self.optimizer.synchronize()  # Horovod: a sync point; waits for the averaged gradients
-        return time.perf_counter() - start
-
-    def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
-        with self.optimizer.skip_synchronize():  # Horovod: already synchronized in wait()
-            apply(self.optimizer)
-
-
-def init(cfg: TrainConfig) -> DistContext:
-    """hvd.init() with bounded stalls and the options Horovod reads from its environment; the Horovod DistContext."""
-    os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", "30")  # Horovod: warn about stalls sooner than 60 s
-    os.environ.update(options.horovod_env(cfg, cfg.output_dir))  # Horovod: read once, at init
-    if cfg.autotune:
-        Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)  # Horovod opens its autotune log at init
-    hvd = import_horovod()
-    hvd.init()  # Horovod: rank and size come from horovodrun (or Ray); alone, a single worker
-    device = torch.device("cpu")
-    if cfg.use_gpu:
-        device = torch.device("cuda", hvd.local_rank())  # Horovod: pin one GPU per process
-        torch.cuda.set_device(device)
-    ops = {"sum": hvd.Sum, "max": hvd.Max}
-
-    def all_reduce(tensor: torch.Tensor, op: str) -> torch.Tensor:
-        return hvd.allreduce(tensor.detach(), op=ops[op])  # Horovod: metrics over the same Gloo ring
-
-    return DistContext(rank=hvd.rank(), world_size=hvd.size(), local_rank=hvd.local_rank(), device=device,
-                       all_reduce=all_reduce)
-
-
-def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
-          restarts: int = 0) -> dict[str, Any] | None:
-    """Train on this rank (hvd.init() done, `watchdog` running since before it); rank 0 resumes from and saves to
-    cfg.checkpoint_dir. `restarts`: how many times the launcher restarted this run's workers."""
-    hvd = import_horovod()
-    options.check(cfg, "horovod")
-    torch.set_num_threads(cfg.threads_per_worker)
-    # Rank 0 alone reads the checkpoint and broadcasts it; a refusal there ends every rank (see run.on_main).
-    state = on_main(ctx, lambda: resume_state(cfg, "horovod", launcher))
-    splits = data.load(cfg)
-    model = build_model(cfg, ctx.device)
-    optimizer = hvd.DistributedOptimizer(  # Horovod: allreduces each gradient as backward produces it
-        build_optimizer(model, cfg, ctx.world_size),
-        named_parameters=model.named_parameters(),
-        compression=compression.horovod_compressor(hvd, cfg.compression),
-        backward_passes_per_step=cfg.grad_accumulation,
-        op=hvd.Average,  # Horovod: average, as DDP does
-    )
-    # Restored after wrapping: DistributedOptimizer builds a new optimizer from the param groups, so state
-    # loaded into the plain SGD before the wrap would be dropped, and the broadcast would then send zeros.
-    history = checkpoint.restore(state, model, optimizer) if state else History()
-    # Horovod: every rank starts from rank 0's weights (BatchNorm buffers too), optimizer state and epoch.
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    history = History(**hvd.broadcast_object(dataclasses.asdict(history), root_rank=0))
-    if history.last_epoch and ctx.is_main:
-        log.info("resuming after epoch %d from %s", history.last_epoch, cfg.checkpoint_dir)
-    tracer = Tracer(ctx.rank, cfg.warmup_steps, cfg.output_dir, ctx.device,
-                    timeline=(hvd.start_timeline, hvd.stop_timeline)) if cfg.trace else None
-    trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer,
-                      sync=HorovodGradientSync(optimizer), splits=splits,
-                      loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], watchdog=watchdog,
-                      tracer=tracer, scaler=amp_scaler(cfg))
-    save = checkpoint.directory_saver(ctx.rank, cfg.checkpoint_dir, cfg, "horovod", launcher)
-    return train_and_report(trainer, backend="horovod", launcher=launcher, history=history, restarts=restarts,
-                            on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer))
+# Horovod: hvd.init() forms the ring under either launcher, and hvd.shutdown() leaves it.
+HOROVOD = Framework(init=init, lost_peer=lost_peer, shutdown=shutdown)
 
 
 def ray_worker(config: dict[str, Any], restarts: int = 0) -> dict[str, Any] | None:
@@ -134,50 +30,24 @@ def ray_worker(config: dict[str, Any], restarts: int = 0) -> dict[str, Any] | No
         # Horovod: RayExecutor picks the interface from the workers' hostnames, and where they are all alike
         # (nodes simulated on one host) it picks loopback, which crosses no link; the interface the node names for
         # gloo, which DDP's gloo takes, wins, so that both backends talk over the same link. (Horovod 0.28.1's
-        # process-set device ignores this and resolves the hostname: ray_jobs/netsim.py gives each node its own.)
+        # process-set device ignores this and resolves the hostname: cluster/netsim.py gives each node its own.)
         os.environ["HOROVOD_GLOO_IFACE"] = interface
-    with Watchdog(cfg.stall_timeout_s) as watchdog:
-        ctx = init(cfg)
-        watchdog.kick("starting")
-        cli.setup_logging(ctx.rank)
-        try:
-            return train(ctx, cfg, "ray", watchdog, restarts)
-        except _peer_errors() as error:
-            leave(peer_lost(error, ctx.rank, "ray"))
-        finally:
-            import_horovod().shutdown()
-            worker_output.end()
-
-
-def _peer_errors() -> tuple[type[BaseException], ...]:
-    """What a Horovod collective raises when a peer has gone away."""
-    from horovod.common.exceptions import HorovodInternalError
-
-    return (HorovodInternalError,)
+    return run_rank(HOROVOD, "ray", cfg, lambda ctx, watchdog: train(ctx, cfg, "ray", watchdog, restarts))
 
 
 def run_horovodrun(cfg: TrainConfig) -> int:
     """One horovodrun rank (or a single worker when started without it), `cfg` already checked by
     horovod_ddp.train."""
-    # From before hvd.init(): a peer that dies while the ring forms must not leave this rank waiting.
-    with Watchdog(cfg.stall_timeout_s) as watchdog:
-        faults.point("init", launcher_rank())
-        ctx = init(cfg)
-        watchdog.kick("starting")
-        cli.setup_logging(ctx.rank)
-        try:
-            cfg = replace(cfg, workers=ctx.world_size)
-            preflight.check_config(cfg)  # every rank checks alike, so a refusal ends them all before any collective
-            on_main(ctx, lambda: resume_state(cfg, "horovod", "horovodrun"))  # refused before any data is written
-            cfg = resolve_dataset(ctx, cfg)  # its `dataset:` line is the run's first
-            if ctx.world_size == 1:
-                log.info("not started by horovodrun: running as a single worker "
-                         "(use horovodrun -np N python -m horovod_ddp.train for N)")
-            if doc := train(ctx, cfg, "horovodrun", watchdog):
-                summary.announce(doc)
-        except _peer_errors() as error:
-            raise peer_lost(error, ctx.rank, "horovodrun", cfg.checkpoint_dir) from None
-        finally:
-            import_horovod().shutdown()
-    return 0
 
+    def body(ctx: DistContext, watchdog) -> dict[str, Any] | None:
+        rank_cfg = replace(cfg, workers=ctx.world_size)
+        preflight.check_config(rank_cfg)  # every rank checks alike, so a refusal ends them all before any collective
+        on_main(ctx, lambda: resume_state(rank_cfg, "horovod", "horovodrun"))  # refused before any data is written
+        rank_cfg = resolve_dataset(ctx, rank_cfg)  # its `dataset:` line is the run's first
+        if ctx.world_size == 1:
+            log.info("not started by horovodrun: running as a single worker "
+                     "(use horovodrun -np N python -m horovod_ddp.train for N)")
+        return train(ctx, rank_cfg, "horovodrun", watchdog)
+
+    run_rank(HOROVOD, "horovodrun", cfg, body)
+    return 0

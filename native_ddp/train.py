@@ -9,8 +9,8 @@ CPU, NCCL on GPU). On Ray, use python -m ray_jobs.train --backend native.
 import argparse
 import os
 
-from workload import cli, options, preflight
-from workload.config import ConfigError
+from contract import cli, options, preflight
+from contract.config import ConfigError
 
 # torch is imported by the worker once the flags are good: --help and a refused flag answer at once.
 

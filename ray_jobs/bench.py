@@ -18,9 +18,11 @@ import argparse
 import logging
 from typing import Any
 
-from ray_jobs import compare, launchers
-from workload import cli, preflight, report
-from workload.config import ConfigError
+from analysis import report, runs
+from contract import cli, preflight
+from contract.config import BACKENDS, ConfigError
+from launchers import arms
+from ray_jobs import orchestrator
 
 log = logging.getLogger(__name__)
 STEADY_GOAL = 1 / 1.15
@@ -79,18 +81,18 @@ def main() -> int:
     parser.add_argument("--output-dir", default="results/bench", help="runs go into <output-dir>/<run-id>/")
     cli.add_config_flags(parser, exclude=("workers", "output_dir", "checkpoint_dir"), defaults={"epochs": 3})
     args = parser.parse_args()
-    workers = compare.parse_workers(args.workers)
+    workers = orchestrator.parse_workers(args.workers)
     if args.repeats <= 0:
         raise ConfigError(f"--repeats must be a positive integer, got {args.repeats}")
     base = cli.config_from_args(args, workers=1, output_dir=".")
     root = preflight.writable_dir(args.output_dir, "--output-dir")
-    run_dir = compare.compare(base, workers, list(compare.BACKENDS), root, parity_steps=50,
-                              tolerance=compare.DEFAULT_TOLERANCE, target_accuracy=0.95, repeats=args.repeats,
-                              launcher_names=list(launchers.LAUNCHERS), references=False)
+    run_dir = orchestrator.compare(base, workers, list(BACKENDS), root, parity_steps=50,
+                                 tolerance=orchestrator.DEFAULT_TOLERANCE, target_accuracy=0.95, repeats=args.repeats,
+                                 launcher_names=list(arms.LAUNCHERS), references=False)
     report.render(run_dir)
-    comparison = report.load(run_dir)
-    log.info("\n%s\n\nruns, report and plots: %s", table(comparison), run_dir)
-    failed = [r for r in comparison["runs"] if r["status"] != "ok"]
+    written = runs.load(run_dir)
+    log.info("\n%s\n\nruns, report and plots: %s", table(written), run_dir)
+    failed = [r for r in written["runs"] if r["status"] != "ok"]
     if failed:
         log.error("%d run(s) failed; see %s", len(failed), run_dir / "report.md")
         return 1

@@ -18,7 +18,6 @@ command: the step losses and the final weights must be bit-identical. Arms are i
 """
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -31,11 +30,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ray_jobs import launchers
-from ray_jobs.cluster import RayRunOptions
-from ray_jobs.launchers import Arm
-from workload import cli, data, faults, preflight, results
-from workload.config import ConfigError, TrainConfig
+from cluster.ray_cluster import RayRunOptions
+from contract import cli, preflight, results
+from contract.config import ConfigError, TrainConfig
+from launchers import arms
+from launchers.arms import Arm
+from workload import data, faults
 
 log = logging.getLogger(__name__)
 ARMS = {"ray-native": Arm("native", "ray"), "ray-horovod": Arm("horovod", "ray"),
@@ -82,7 +82,7 @@ def main() -> int:
                           f"{KILLED_EPOCH}), got {args.trials} and {args.epochs}")
     root = Path(args.output_dir).expanduser().resolve()
     preflight.writable_dir(str(root), "--output-dir")
-    launchers.check_available(sorted({ARMS[n].launcher for n in names} - {"ray"}),
+    arms.check_available(sorted({ARMS[n].launcher for n in names} - {"ray"}),
                               sorted({ARMS[n].backend for n in names}))
     base = TrainConfig(workers=2, epochs=args.epochs, dataset="synthetic", data_dir=str(root / "data"),
                        synthetic_train_size=6000, synthetic_test_size=1000, log_every=10, stall_timeout_s=60)
@@ -111,13 +111,13 @@ def _command(name: str, cfg: TrainConfig, folder: Path) -> list[str]:
     arm = ARMS[name]
     if arm.launcher == "ray":
         # Ray keeps its checkpoints under --storage-path/--name; --checkpoint-dir would be a second copy.
-        return launchers.command(arm, replace(cfg, checkpoint_dir=""), ray_options=RayRunOptions(
+        return arms.command(arm, replace(cfg, checkpoint_dir=""), ray_options=RayRunOptions(
             name="run", storage_path=str(folder / "ray"), max_failures=1))
-    return launchers.command(arm, cfg, restarts=1)
+    return arms.command(arm, cfg, restarts=1)
 
 
 def _launch(name: str, cfg: TrainConfig, folder: Path, fault: str, attempt: int) -> subprocess.Popen:
-    env = launchers.environment(ARMS[name])
+    env = arms.environment(ARMS[name])
     env.pop(faults.ENV, None)
     if fault:
         env[faults.ENV] = fault

@@ -1,5 +1,5 @@
 """The tuning grid: `compare --bucket-mb 0.01,25` or `--compression none,fp16` (or both: every combination) runs one
-whole comparison per setting, each in its own folder, and writes the tuning table (workload/tuning.py) beside them.
+whole comparison per setting, each in its own folder, and writes the tuning table (analysis/tuning.py) beside them.
 
 Within a setting the arms are interleaved and paired as in any comparison; the settings run one after another.
 """
@@ -7,15 +7,16 @@ Within a setting the arms are interleaved and paired as in any comparison; the s
 import argparse
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
 from itertools import product
 from pathlib import Path
 from typing import Any
 
-from workload import report, results, tuning
-from workload.config import COMPRESSIONS, ConfigError, TrainConfig
+from analysis import report, tuning
+from contract import results
+from contract.config import COMPRESSIONS, ConfigError, TrainConfig
+from ray_jobs import orchestrator
 
 log = logging.getLogger(__name__)
 OPTIONS = ("bucket_mb", "compression", "model_width")
@@ -74,7 +75,7 @@ def label(setting: dict[str, Any], varied: list[str]) -> str:
                     else f"{name.replace('_', '-')}-{setting[name]}" for name in varied)
 
 
-def run(compare: Callable[..., Path], base: TrainConfig, grid: list[dict[str, Any]], workers: list[int],
+def run(base: TrainConfig, grid: list[dict[str, Any]], workers: list[int],
         backends: list[str], root: Path, run_id: str = "", **kwargs: Any) -> Path:
     """One comparison per setting into root/<grid-id>/<setting>/ (grid id: `run_id`, else a timestamp), then
     grid.json and the tuning report there. A setting that leaves an option out keeps `base`'s value."""
@@ -86,7 +87,7 @@ def run(compare: Callable[..., Path], base: TrainConfig, grid: list[dict[str, An
     for i, setting in enumerate(grid, 1):
         folder = label(setting, varied)
         log.info("setting %d/%d: %s", i, len(grid), folder)
-        compare(replace(base, **setting), workers, backends, grid_dir, run_id=folder, **kwargs)
+        orchestrator.compare(replace(base, **setting), workers, backends, grid_dir, run_id=folder, **kwargs)
         report.render(grid_dir / folder)
         folders.append(folder)
     results.write_json(grid_dir / tuning.GRID, {

@@ -1,4 +1,4 @@
-"""One comparison per link rate on a simulated multi-node cluster (ray_jobs/netsim.py), then the regime report.
+"""One comparison per link rate on a simulated multi-node cluster (cluster/netsim.py), then the regime report.
 
 `compare --simulate-nodes N --link-rates a,b,…` lands here: the cluster is built once, and for each rate the links
 are reshaped and the comparison's driver runs inside node 0 as `python -m ray_jobs.compare` with the user's other
@@ -12,8 +12,9 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ray_jobs import netsim
-from workload import regime, results
+from analysis import regime
+from cluster import netsim
+from contract import results
 
 log = logging.getLogger(__name__)
 OWN_FLAGS = ("--simulate-nodes", "--link-rates", "--output-dir")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from contract.config import TrainConfig
 from workload import data
-from workload.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -51,7 +51,7 @@ def data_flags(cfg: TrainConfig) -> list[str]:
 
 
 def read_results(output_dir: Path) -> dict:
-    from workload import results
+    from contract import results
 
     return results.read(output_dir / results.FILENAME)
 

@@ -8,8 +8,8 @@ import time
 
 import torch
 
-from horovod_ddp.worker import init
-from workload.config import TrainConfig
+from contract.config import TrainConfig
+from horovod_ddp.adapter import init
 from workload.watchdog import Watchdog
 
 ctx = init(TrainConfig())

@@ -19,12 +19,13 @@ import horovod_ddp.train
 import native_ddp.train
 import ray_jobs.compare
 import ray_jobs.train
-from ray_jobs import launchers
+from contract import cli
+from contract.config import TrainConfig
+from contract.results import History
+from launchers import arms
 from tests.conftest import BIN, free_port, run_command, run_module
-from workload import checkpoint, cli
-from workload.config import TrainConfig
+from workload import checkpoint
 from workload.model import ConvNet
-from workload.trainer import History
 
 ENTRY_POINTS = {
     "ray_jobs.train": ray_jobs.train.main,
@@ -222,7 +223,7 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
     elif env == "closed-port":
         monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")
     elif env == "no-horovodrun":
-        monkeypatch.setattr(launchers, "_executable", lambda name: None)
+        monkeypatch.setattr(arms, "_executable", lambda name: None)
     argv = [arg.replace("{ws}", str(ws)) for arg in argv]
     if entry != "ray_jobs.compare" or "--render" not in argv:
         argv += ["--data-dir", str(ws / "data")] if "--data-dir" not in argv else []

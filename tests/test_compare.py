@@ -5,9 +5,11 @@ import sys
 
 import pytest
 
-from ray_jobs import compare, launchers
+from analysis import report, runs, stats
+from contract import phases, results
+from launchers import arms
+from ray_jobs import compare, orchestrator
 from tests.conftest import assert_one_line_error, data_flags, run_module
-from workload import phases, report, results, stats
 
 pytestmark = pytest.mark.cluster
 
@@ -17,8 +19,8 @@ def comparison_dir(ray_cluster, base_cfg, tmp_path_factory):
     """One small comparison for the module: 2 workers, both backends under Ray, torchrun and horovodrun, two
     interleaved rounds, one epoch."""
     root = tmp_path_factory.mktemp("compare")
-    run_dir = compare.compare(base_cfg, [2], ["native", "horovod"], root, parity_steps=30,
-                              tolerance=compare.DEFAULT_TOLERANCE, target_accuracy=0.9, repeats=2,
+    run_dir = orchestrator.compare(base_cfg, [2], ["native", "horovod"], root, parity_steps=30,
+                              tolerance=orchestrator.DEFAULT_TOLERANCE, target_accuracy=0.9, repeats=2,
                               launcher_names=["ray", "torchrun", "horovodrun"])
     report.render(run_dir)
     return run_dir
@@ -30,7 +32,7 @@ ARMS = ["native", "horovod", "native/torchrun", "horovod/horovodrun"]
 def test_a_small_comparison_writes_every_artifact(comparison_dir):
     names = {p.name for p in comparison_dir.iterdir()}
     assert {"comparison.json", "report.md", "loss.png", "throughput.png", "overhead.png"} <= names
-    comparison = report.load(comparison_dir)
+    comparison = runs.load(comparison_dir)
     assert all(r["status"] == "ok" for r in comparison["runs"]), comparison["runs"]
     ran = [(r["arm"], r["round"]) for r in comparison["runs"]]
     # References once, then the arms in a balanced order: A B C D, then D C B A.
@@ -55,7 +57,7 @@ def test_a_small_comparison_writes_every_artifact(comparison_dir):
 
 
 def test_the_speed_verdict_pairs_the_rounds_and_states_its_interval(comparison_dir):
-    comparison = report.load(comparison_dir)
+    comparison = runs.load(comparison_dir)
     answer = comparison["speed"]["2"]
     assert answer["metric"] == "steady_samples_per_s" and answer["repeats"] == 2 and answer["launcher"] == "ray"
     by_arm = {arm: [r["steady_samples_per_s"] for r in comparison["runs"] if r["arm"] == arm] for arm in ARMS}
@@ -70,7 +72,7 @@ def test_the_speed_verdict_pairs_the_rounds_and_states_its_interval(comparison_d
 
 
 def test_phases_increase_and_end_at_the_wall_time(comparison_dir):
-    comparison = report.load(comparison_dir)
+    comparison = runs.load(comparison_dir)
     for run in comparison["runs"]:
         values = [run["phases"][name] for name in phases.PHASES]
         assert values == sorted(values) and values[0] >= 0, run["phases"]
@@ -82,14 +84,14 @@ def test_phases_increase_and_end_at_the_wall_time(comparison_dir):
 
 
 def test_parity_holds_within_the_stated_tolerance(comparison_dir):
-    comparison = report.load(comparison_dir)
+    comparison = runs.load(comparison_dir)
     verdict = comparison["parity"]["2"]
     assert verdict["verdict"] == "PASS", verdict
     assert verdict["steps"] == 30
     assert len(verdict["max_abs_step_loss_difference"]) == 10  # every pair of the four arms and the reference
-    assert max(verdict["max_abs_step_loss_difference"].values()) <= compare.DEFAULT_TOLERANCE
+    assert max(verdict["max_abs_step_loss_difference"].values()) <= orchestrator.DEFAULT_TOLERANCE
     # One forward over the global batch normalises differently: reported, and measurably apart.
-    assert verdict["informational"]["reference vs global-batch"] > compare.DEFAULT_TOLERANCE
+    assert verdict["informational"]["reference vs global-batch"] > orchestrator.DEFAULT_TOLERANCE
     assert "**Parity: PASS**" in (comparison_dir / "report.md").read_text()
 
 
@@ -102,19 +104,19 @@ def test_render_from_comparison_json_alone_reproduces_the_report(comparison_dir,
 
 
 def test_a_failed_run_is_reported_and_sets_the_exit_code(ray_cluster, base_cfg, tmp_path, monkeypatch):
-    real = launchers.run
+    real = arms.run
 
     def horovod_breaks(arm, cfg):
         if arm.backend == "horovod":
             raise RuntimeError("worker died")
         return real(arm, cfg)
 
-    monkeypatch.setattr(launchers, "run", horovod_breaks)
+    monkeypatch.setattr(arms, "run", horovod_breaks)
     monkeypatch.setattr(sys, "argv", ["compare", "--workers", "1", "--backends", "horovod", "--epochs", "1",
                                       "--repeats", "1", "--output-dir", str(tmp_path), *data_flags(base_cfg)])
     assert compare.main() == 1
     (run_dir,) = tmp_path.iterdir()
-    comparison = report.load(run_dir)
+    comparison = runs.load(run_dir)
     failed = [r for r in comparison["runs"] if r["status"] == "failed"]
     assert failed == [{"arm": "horovod", "backend": "horovod", "launcher": "ray", "workers": 1, "round": 0,
                        "status": "failed", "error": "RuntimeError: worker died"}]

@@ -7,9 +7,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from contract import options
+from contract.config import TrainConfig
 from tests.conftest import free_port
-from workload import compression, options
-from workload.config import TrainConfig
+from workload import compression
 
 
 class _Bucket:

@@ -1,6 +1,6 @@
 import pytest
 
-from workload.config import ConfigError, TrainConfig
+from contract.config import ConfigError, TrainConfig
 
 
 @pytest.mark.parametrize("bad", [

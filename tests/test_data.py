@@ -11,9 +11,9 @@ import pytest
 import torch
 from torchvision.datasets import MNIST
 
+from contract.config import TrainConfig
 from tests.conftest import assert_one_line_error, run_module
 from workload import data, synthetic
-from workload.config import TrainConfig
 
 
 def raw_dir(cfg: TrainConfig) -> Path:

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from ray_jobs import fault_trials, launchers
+from contract import results
+from contract.config import TrainConfig
+from launchers import arms
+from ray_jobs import fault_trials
 from ray_jobs.fault_trials import ARMS
 from tests.conftest import BIN, TEST_SIZE, TRAIN_SIZE, run_command
-from workload import data, faults, results
-from workload.config import TrainConfig
+from workload import data, faults
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 
@@ -95,8 +97,8 @@ def _plain_run(name: str, cfg: TrainConfig, folder: Path, fault: str, env: dict 
                restarts: int = 0) -> subprocess.CompletedProcess:
     arm = ARMS[name]
     cfg = replace(cfg, output_dir=str(folder / "out"))
-    command = launchers.command(arm, cfg, restarts=restarts)
-    full = {**launchers.environment(arm), faults.ENV: fault, **(env or {})}
+    command = arms.command(arm, cfg, restarts=restarts)
+    full = {**arms.environment(arm), faults.ENV: fault, **(env or {})}
     return subprocess.run(command, env=full, capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parents[1])
 
@@ -167,8 +169,8 @@ def test_a_killed_torchrun_agent_leaves_no_rank_behind(trial_cfg, tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
     cfg = replace(trial_cfg, stall_timeout_s=10, output_dir=str(tmp_path / "out"))
-    env = {**launchers.environment(arm), faults.ENV: f"pids={pids}"}
-    agent = subprocess.Popen(launchers.command(arm, cfg), env=env, stdout=subprocess.DEVNULL,
+    env = {**arms.environment(arm), faults.ENV: f"pids={pids}"}
+    agent = subprocess.Popen(arms.command(arm, cfg), env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[1])
     deadline = time.monotonic() + 120
     while not (pids / "epoch1.done").exists() and time.monotonic() < deadline:
@@ -192,8 +194,8 @@ def test_torchrun_restarts_without_a_store_per_attempt_are_refused(trial_cfg, tm
 def test_horovod_on_ray_max_failures_without_a_name_checkpoints_in_the_output_folder(trial_cfg, references, tmp_path,
                                                                                       on_test_cluster):
     cfg = replace(trial_cfg, output_dir=str(tmp_path / "out"))
-    command = [*launchers.command(ARMS["ray-horovod"], cfg), "--max-failures", "1"]
-    env = {**launchers.environment(ARMS["ray-horovod"]),
+    command = [*arms.command(ARMS["ray-horovod"], cfg), "--max-failures", "1"]
+    env = {**arms.environment(ARMS["ray-horovod"]),
            faults.ENV: f"rank=1,epoch=2,step=10,once={tmp_path / 'killed'}"}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
                             cwd=Path(__file__).resolve().parents[1])

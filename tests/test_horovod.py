@@ -5,8 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from ray_jobs.cluster import RayRunOptions
-from ray_jobs.train import run
+from cluster.ray_cluster import RayRunOptions
+from launchers.on_ray import run
 from tests.conftest import BIN, assert_one_line_error, data_flags, read_results, run_command, run_module
 from tests.test_native import assert_trained
 

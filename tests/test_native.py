@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from ray_jobs.cluster import RayRunOptions
-from ray_jobs.train import run
-from tests.conftest import (BIN, REPO, assert_one_line_error, data_flags, dump, free_port, read_results,
-                            run_command, run_module)
+from cluster.ray_cluster import RayRunOptions
+from launchers.on_ray import run
+from tests.conftest import (BIN, REPO, assert_one_line_error, data_flags, dump, free_port, read_results, run_command,
+                            run_module)
 
 pytestmark = pytest.mark.cluster
 

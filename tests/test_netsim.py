@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from ray_jobs import link_sweep, netsim
+from analysis import regime
+from cluster import netsim
+from contract.config import ConfigError
+from ray_jobs import link_sweep
 from tests.conftest import REPO, assert_one_line_error, data_flags, run_module
-from workload import model, regime
-from workload.config import ConfigError
+from workload import model
 
 RATES = "20mbit,unshaped"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from contract import results
 from tests.conftest import BIN, REPO, data_flags
-from workload import results
 
 
 def _footprint() -> set[str]:
@@ -27,7 +27,7 @@ PROJECT_LINES = (
     r"Ray's own lines: .+/ray\.log",
     r"Epoch \[\d+/\d+\], Step \[\d+/\d+\], Loss: [\d.]+",
     r"Epoch \[\d+/\d+\] done: .+ samples/s",
-    r"native via ray: .+",  # the summary (workload/summary.py)
+    r"native via ray: .+",  # the summary (contract/summary.py)
     r"epoch +train loss .+",
     r" +\d+ +[\d.]+ .+",
     r"final test accuracy .+",

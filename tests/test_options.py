@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from ray_jobs import compare, grid
-from workload import report, tuning
+from analysis import report, runs, tuning
+from ray_jobs import grid, orchestrator
 
 pytestmark = pytest.mark.cluster
 
@@ -27,11 +27,11 @@ def small(base_cfg, **options):
 
 
 def run_compare(cfg, root, launchers, **kwargs):
-    run_dir = compare.compare(cfg, [2], ["native", "horovod"], root, parity_steps=20,
-                              tolerance=compare.DEFAULT_TOLERANCE, target_accuracy=0.9, launcher_names=launchers,
+    run_dir = orchestrator.compare(cfg, [2], ["native", "horovod"], root, parity_steps=20,
+                              tolerance=orchestrator.DEFAULT_TOLERANCE, target_accuracy=0.9, launcher_names=launchers,
                               **kwargs)
     report.render(run_dir)
-    return report.load(run_dir), run_dir
+    return runs.load(run_dir), run_dir
 
 
 @pytest.mark.parametrize("name", OPTION_SETS)
@@ -82,8 +82,8 @@ def test_the_options_run_under_ray_and_parity_names_the_rounding_order(ray_clust
 def test_a_traced_tuning_grid_writes_its_table_and_links_every_trace(base_cfg, tmp_path):
     cfg = replace(small(base_cfg), trace=True)
     settings = [{"compression": "none", "bucket_mb": b} for b in (0.01, 25.0)]
-    grid_dir = grid.run(compare.compare, cfg, settings, [2], ["native", "horovod"], tmp_path, parity_steps=20,
-                        tolerance=compare.DEFAULT_TOLERANCE, target_accuracy=0.9, repeats=2,
+    grid_dir = grid.run(cfg, settings, [2], ["native", "horovod"], tmp_path, parity_steps=20,
+                        tolerance=orchestrator.DEFAULT_TOLERANCE, target_accuracy=0.9, repeats=2,
                         launcher_names=VANILLA, references=False)
     saved, comparisons = tuning.load(grid_dir)
     assert saved["varied"] == ["bucket_mb"] and list(comparisons) == ["bucket-mb-0.01", "bucket-mb-25"]

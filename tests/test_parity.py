@@ -1,6 +1,6 @@
 """The parity verdict compares what was asked for, and writes no NaN."""
 
-from workload import parity
+from analysis import parity
 
 
 def test_one_backend_and_the_reference_can_pass():

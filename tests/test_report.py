@@ -2,13 +2,13 @@
 launcher and phase tables, failed runs, plots; and one-line errors for damaged input. No cluster: the runs are made
 up here, with numbers chosen so that every median below can be checked by hand."""
 
-import copy
 import json
 
 import pytest
 
-from workload import report, speed
-from workload.config import ConfigError
+from analysis import report, speed
+from analysis.runs import COMPARISON, PHASE_LABELS
+from contract.config import ConfigError
 
 ARMS = ("native", "horovod", "native/torchrun", "horovod/horovodrun")
 # Steady samples/s per (arm, workers), one value per round.
@@ -29,7 +29,7 @@ GAPS = (4.9, 4.2, 5.8, 7.5)  # -> process group ready, first step done, training
 
 def phases(started: float) -> dict[str, float]:
     out, at = {"workers_started": started}, started
-    for name, gap in zip(list(report.PHASES)[1:], GAPS):
+    for name, gap in zip(list(PHASE_LABELS)[1:], GAPS):
         at = out[name] = round(at + gap, 6)
     return out
 
@@ -95,7 +95,7 @@ def comparison(repeats: int = 3, steady: dict | None = None) -> dict:
 
 
 def write(tmp_path, doc: dict):
-    (tmp_path / report.COMPARISON).write_text(json.dumps(doc))
+    (tmp_path / COMPARISON).write_text(json.dumps(doc))
     return tmp_path
 
 
@@ -217,7 +217,7 @@ def test_a_worker_count_where_every_run_failed_still_renders(tmp_path):
 
 
 def test_the_regime_report_names_each_stretch_of_one_verdict_with_its_rates():
-    from workload import regime
+    from analysis import regime
 
     verdicts = {1: ("horovod faster", "native faster", "native faster"),
                 4: ("horovod faster", "no detectable difference", "native faster"),

@@ -4,9 +4,8 @@ import math
 
 import pytest
 
-from workload.stats import (
-    RatioEstimate, balanced_order, mean_interval, paired_ratio, speed_sentence, speed_verdict, spread, t_quantile,
-)
+from analysis.stats import (RatioEstimate, balanced_order, mean_interval, paired_ratio, speed_sentence, speed_verdict,
+                            spread, t_quantile)
 
 
 @pytest.mark.parametrize(

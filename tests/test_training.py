@@ -4,21 +4,24 @@ import argparse
 import math
 import os
 import stat
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from contract import results
+from contract.config import ConfigError, TrainConfig
+from contract.results import History
 from tests.conftest import free_port
-from workload import checkpoint, data, reference, results
-from workload.config import ConfigError, TrainConfig
+from workload import checkpoint, data, reference
 from workload.distributed import DistContext
 from workload.metrics import epoch_timing, mean_ci95
+from workload.reference import EmulatedSync
 from workload.run import build_model
-from workload.trainer import EmulatedSync, History, Trainer, build_optimizer, shard_loader
+from workload.trainer import Trainer, build_optimizer, shard_loader
 
 
 def test_one_epoch_on_default_synthetic_size_reaches_90_percent(tmp_path):
@@ -56,7 +59,7 @@ def test_single_rank_gloo_ddp_steps_match_the_reference_bit_for_bit(cfg, compres
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
-        from native_ddp.worker import DDPGradientSync, torch_all_reduce
+        from native_ddp.adapter import DDPGradientSync, torch_all_reduce
 
         cfg = replace(cfg, compression=compression_name, grad_accumulation=accumulation)
         splits = data.load(cfg)

@@ -13,10 +13,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from workload import faults, files
-from workload.config import RESUMABLE_CHANGES, ConfigError, TrainConfig, resume_conflicts
+from contract import files
+from contract.config import RESUMABLE_CHANGES, ConfigError, TrainConfig, resume_conflicts
+from contract.results import History
+from workload import faults
 from workload.model import ConvNet
-from workload.trainer import History
 
 FILENAME = "checkpoint.pt"
 KEYS = ("epoch", "model", "optimizer", "history", "config", "backend", "launcher")

@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workload import files
-from workload.config import TrainConfig
-from workload.errors import DataError
-from workload.preflight import check_epoch_length
+from contract import files
+from contract.config import TrainConfig
+from contract.errors import DataError
+from contract.preflight import check_epoch_length
 
 if TYPE_CHECKING:  # torch is imported when data is loaded: resolve() and the CLIs that call it stay light
     from torch.utils.data import TensorDataset

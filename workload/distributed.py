@@ -11,7 +11,7 @@ from typing import NoReturn
 import torch
 from torch import Tensor
 
-from workload.errors import PeerLost
+from contract.errors import PeerLost
 
 # `all_reduce(tensor, op)` with op "sum" or "max" returns the reduced tensor on every rank.
 AllReduce = Callable[[Tensor, str], Tensor]

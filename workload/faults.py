@@ -14,7 +14,7 @@ Set in the environment of the processes that train (the fault tier and ray_jobs.
 
 `once` makes the fault fire in the first attempt only, so a restarted worker group runs through. Without it the
 fault fires in every attempt. Unset, every check is one attribute test. Ray workers get the variable through the
-job's runtime environment (ray_jobs/cluster.py), since Ray starts them from its raylet, not from the driver.
+job's runtime environment (cluster/ray_cluster.py), since Ray starts them from its raylet, not from the driver.
 """
 
 import os

@@ -18,7 +18,7 @@ def mean_ci95(values: Tensor) -> tuple[float, float]:
 def epoch_timing(times: Tensor, warmup_steps: int) -> dict[str, float]:
     """Statistics of one epoch from `times` [world, steps, 4] holding (data, compute, sync) seconds and the
     samples each step processed, per rank and step. The first `warmup_steps` steps of the epoch are left out;
-    the launchers refuse epochs that would leave none (workload/preflight.py).
+    the launchers refuse epochs that would leave none (contract/preflight.py).
     """
     assert times.shape[1] > warmup_steps, "preflight.check_epoch_length lets no such epoch through"
     measured = times[:, warmup_steps:]

@@ -65,3 +65,27 @@ def sent_bytes(interface: str | None) -> int:
         if name.strip() == interface:
             return int(numbers.split()[8])  # receive has 8 columns, then transmit bytes
     return -1
+
+
+class LinkCounter:
+    """The bytes this rank's node sends on its link while the counter runs (a training epoch): what results.json
+    records as an epoch's `link`. It counts nothing in one process, or where no link is named (GLOO_SOCKET_IFNAME
+    unset: the usual single-host run over loopback)."""
+
+    def __init__(self, world_size: int) -> None:
+        self.interface = link_interface() if world_size > 1 else None  # one process: no link
+        self.at_start = sent_bytes(self.interface)
+        self.sent = -1
+
+    def stop(self) -> None:
+        self.sent = sent_bytes(self.interface) - self.at_start if self.at_start >= 0 else -1
+
+    def record(self, ctx: DistContext) -> dict[str, object]:
+        """Every rank's count, as each rank read its interface's counter (ranks on one node read the same counter:
+        analysis/regime.py counts each node once); nothing when a rank could not read it."""
+        # Every rank takes part whether or not it knows its link, so that no rank waits on another's collective.
+        sent = ctx.gather_rows(torch.tensor([self.sent], dtype=torch.float64)).flatten().tolist()
+        if not self.interface or min(sent) < 0:
+            return {}
+        return {"link": {"interface": self.interface, "sent_bytes_per_rank": [int(b) for b in sent]}}
+

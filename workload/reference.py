@@ -16,21 +16,52 @@ the same averaged loss, but BatchNorm sees the whole global batch, so it is a di
 mode), which splits the batch across GPUs again; it needs at least N GPUs.
 """
 
+import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from workload import data
-from workload.config import ConfigError, TrainConfig
+from contract.config import ConfigError, TrainConfig
+from contract.options import REFERENCE_ROUNDING
+from workload import compression, data
 from workload.distributed import single_process
 from workload.run import build_model, train_and_report
-from workload.options import REFERENCE_ROUNDING
-from workload.trainer import EmulatedSync, Trainer, amp_scaler, build_optimizer, shard_loader
+from workload.trainer import Trainer, amp_scaler, build_optimizer, shard_loader
 
 log = logging.getLogger(__name__)
 MODES = ("reference", "reference-horovod", "global-batch", "dataparallel")
+
+
+class EmulatedSync:
+    """The reference's gradient average: each simulated worker's gradients kept apart, then combined in the order
+    and precision of one backend's allreduce (workload/compression.py), so that the reference computes what that
+    backend computes."""
+
+    def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer, compression_name: str,
+                 rounding: str) -> None:
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.optimizer, self.compression, self.rounding = optimizer, compression_name, rounding
+        self.per_worker: list[list[Tensor]] = []
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def group_done(self) -> None:
+        self.per_worker.append([p.grad.clone() for p in self.params])
+        for p in self.params:
+            p.grad.zero_()
+
+    def wait(self, backward_end: float) -> float:
+        for i, p in enumerate(self.params):
+            p.grad.copy_(compression.combine([g[i] for g in self.per_worker], self.compression, self.rounding))
+        self.per_worker.clear()
+        return 0.0
+
+    def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
+        apply(self.optimizer)
 
 
 def dataparallel_unavailable(workers: int) -> str | None:

@@ -8,12 +8,14 @@ from typing import Any, TypeVar
 
 import torch
 
-from workload import checkpoint, data, options, phases, results
-from workload.config import DATASETS, ConfigError, TrainConfig
+from contract import options, phases, results
+from contract.config import DATASETS, ConfigError, TrainConfig
+from contract.results import History
+from workload import checkpoint, data
 from workload.distributed import DistContext
 from workload.model import ConvNet
 from workload.tensorboard_scalars import Scalars
-from workload.trainer import History, Trainer
+from workload.trainer import Trainer
 
 T = TypeVar("T")
 

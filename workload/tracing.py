@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from workload.tools import Tool
+
 if TYPE_CHECKING:  # torch is imported when a run traces, not by the entry points that only name the files
     import torch
 
@@ -23,7 +25,7 @@ def trace_file(rank: int) -> str:
     return f"trace-rank{rank}.json"
 
 
-class Tracer:
+class Tracer(Tool):
     """Traces steps warmup+1 … warmup+STEPS of the first epoch this run trains (the first steps timed)."""
 
     def __init__(self, rank: int, warmup_steps: int, output_dir: str, device: torch.device,
@@ -33,7 +35,7 @@ class Tracer:
         self.profiler: torch.profiler.profile | None = None
         self.done = False
 
-    def before_step(self, step: int) -> None:
+    def before_step(self, epoch: int, step: int) -> None:
         if self.done or self.profiler or step != self.first:
             return
         import torch
@@ -47,7 +49,7 @@ class Tracer:
         if self.timeline:
             self.timeline[0](str(self.dir / TIMELINE))  # Horovod: every rank starts it, rank 0 writes it
 
-    def after_step(self, step: int, steps: int) -> None:
+    def after_step(self, epoch: int, step: int, steps: int) -> None:
         if not self.profiler or (step < self.first + STEPS - 1 and step < steps):
             return
         if self.timeline:

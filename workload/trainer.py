@@ -15,14 +15,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from workload import compression, faults, placement
-from workload.config import TrainConfig
+from contract.config import TrainConfig
+from contract.errors import Diverged
+from contract.results import History
+from workload import compression, placement
 from workload.data import Splits
 from workload.distributed import DistContext
-from workload.errors import Diverged
 from workload.metrics import epoch_timing
-from workload.tracing import Tracer
-from workload.watchdog import Watchdog
+from workload.tools import Tool, Tools
 
 log = logging.getLogger(__name__)
 
@@ -43,50 +43,6 @@ class GradientSync(Protocol):
         """Apply the averaged gradients with `apply(optimizer)` (optimizer.step, or a GradScaler's step)."""
 
 
-class EmulatedSync:
-    """The reference's gradient average: each simulated worker's gradients kept apart, then combined in the order
-    and precision of one backend's allreduce (workload/compression.py), so that the reference computes what that
-    backend computes."""
-
-    def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer, compression_name: str,
-                 rounding: str) -> None:
-        self.params = [p for p in module.parameters() if p.requires_grad]
-        self.optimizer, self.compression, self.rounding = optimizer, compression_name, rounding
-        self.per_worker: list[list[Tensor]] = []
-
-    def no_sync(self) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def group_done(self) -> None:
-        self.per_worker.append([p.grad.clone() for p in self.params])
-        for p in self.params:
-            p.grad.zero_()
-
-    def wait(self, backward_end: float) -> float:
-        for i, p in enumerate(self.params):
-            p.grad.copy_(compression.combine([g[i] for g in self.per_worker], self.compression, self.rounding))
-        self.per_worker.clear()
-        return 0.0
-
-    def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
-        apply(self.optimizer)
-
-
-@dataclass(slots=True)
-class History:
-    """Everything a result needs from finished epochs; it travels inside checkpoints so a resumed run has it all."""
-
-    step_losses: list[float] = field(default_factory=list)
-    epochs: list[dict[str, Any]] = field(default_factory=list)
-    training_s: float = 0.0
-    """Seconds spent training these epochs, in every attempt, up to the last epoch's checkpoint: a resumed run's
-    wall time then covers the epochs it reports, not only those of its last attempt."""
-
-    @property
-    def last_epoch(self) -> int:
-        return self.epochs[-1]["epoch"] if self.epochs else 0
-
-
 def amp_scaler(cfg: TrainConfig) -> "torch.amp.GradScaler | None":
     """--amp fp16 (GPU only, config refuses it elsewhere) scales the loss; bf16 keeps float32's range and needs none."""
     return torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
@@ -105,6 +61,8 @@ def shard_loader(splits: Splits, cfg: TrainConfig, rank: int, world_size: int) -
 
 @dataclass(slots=True)
 class Trainer:
+    """The loop reads fit() → train_epoch() → train_step(); optional tools are told of each moment (workload/tools.py)."""
+
     ctx: DistContext
     cfg: TrainConfig
     model: nn.Module
@@ -116,18 +74,89 @@ class Trainer:
     splits: Splits
     loaders: Sequence[DataLoader]
     """One loader per simulated worker: this rank's shard in a real backend, all shards in the reference."""
-    watchdog: Watchdog | None = None
-    """Told of every finished step, so a rank stuck on a stalled peer ends instead of hanging."""
     fuse: bool = False
     """One forward over the concatenated micro-batches (BatchNorm then sees the whole global batch)."""
-    tracer: Tracer | None = None
-    """--trace: records a few steady-state steps of this rank."""
     scaler: torch.amp.GradScaler | None = None
     """--amp fp16 (GPU): scales the loss so that float16 gradients do not underflow."""
+    tools: Tool = field(default_factory=Tools)
+    """The stall watchdog, the tracer (--trace) and the fault points of a distributed rank; none by default."""
     stamps: dict[str, float] = field(default_factory=dict)
-    """Wall-clock times of this run's first finished step and the end of training (see workload/phases.py)."""
+    """Wall-clock times of this run's first finished step and the end of training (see contract/phases.py)."""
     checkpoint_time_s: float = 0.0
     """Seconds spent in on_epoch_end (checkpoints) in this run."""
+
+    def fit(self, history: History, on_epoch_end: Callable[[int, History], None]) -> History:
+        """Train the epochs `history` has not; `on_epoch_end(epoch, history)` checkpoints after each."""
+        self.tools.fit_start()
+        steps = min(len(loader) for loader in self.loaders)
+        if self.cfg.max_steps_per_epoch:
+            steps = min(steps, self.cfg.max_steps_per_epoch)
+        for epoch in range(history.last_epoch + 1, self.cfg.epochs + 1):
+            history.epochs.append(self.train_epoch(epoch, steps, history))
+            self._log_epoch(history.epochs[-1])
+            start = time.perf_counter()
+            on_epoch_end(epoch, history)
+            self.checkpoint_time_s += time.perf_counter() - start
+            self.tools.epoch_done(epoch)
+        self.stamps["training_done"] = time.time()
+        return history
+
+    def train_epoch(self, epoch: int, steps: int, history: History) -> dict[str, Any]:
+        """`steps` steps, then the epoch's figures reduced across ranks, then evaluation; the epoch's record."""
+        self.model.train()
+        for loader in self.loaders:
+            # Without this every epoch would replay the same shuffle on every rank.
+            loader.sampler.set_epoch(epoch)
+        link = placement.LinkCounter(self.ctx.world_size)
+        epoch_start = time.perf_counter()
+        losses, times = self._steps(epoch, steps)
+        epoch_time = time.perf_counter() - epoch_start
+        link.stop()
+        # One collective for the whole epoch's losses and timings instead of one per step.
+        step_losses = self.ctx.average(torch.stack(losses).cpu().double())
+        all_times = self.ctx.gather_rows(torch.tensor(times, dtype=torch.float64))
+        link_record = link.record(self.ctx)
+        # Every rank holds the same averaged losses, so every rank stops here together.
+        self._check_finite(float(step_losses.sum()), epoch, steps)
+        eval_start = time.perf_counter()
+        self.tools.before_eval(epoch)
+        test_loss, test_accuracy = self.evaluate()
+        # The last update of an epoch can break the weights after its loss was taken: the test loss shows it.
+        self._check_finite(test_loss, epoch, steps)
+        self.tools.before_checkpoint(epoch)
+        history.step_losses.extend(step_losses.tolist())
+        return {
+            "epoch": epoch,
+            "train_loss": float(step_losses.mean()),
+            "test_loss": test_loss,
+            "test_accuracy": test_accuracy,
+            "epoch_time_s": epoch_time,
+            "eval_time_s": time.perf_counter() - eval_start,
+            "steps": steps,
+            "samples": int(all_times[..., 3].sum()),
+            **epoch_timing(all_times, self.cfg.warmup_steps),
+            **link_record,
+        }
+
+    def _steps(self, epoch: int, steps: int) -> tuple[list[Tensor], list[tuple[float, float, float, int]]]:
+        """The epoch's steps: each one's loss (a tensor: no sync) and its (load, compute, sync seconds, samples)."""
+        losses, times = [], []
+        batches = zip(*self.loaders)
+        for step in range(1, steps + 1):
+            self.tools.before_step(epoch, step)
+            t0 = self._now()
+            groups = self._micro_batches(next(batches))
+            t1 = self._now()
+            loss, sync_s = self.train_step(groups)
+            t2 = self._now()
+            losses.append(loss)
+            # The samples this step really processed: a short last batch counts for what it holds.
+            times.append((t1 - t0, t2 - t1 - sync_s, sync_s, sum(len(y) for group in groups for _, y in group)))
+            self.tools.after_step(epoch, step, steps)
+            self.stamps.setdefault("first_step_done", time.time())
+            if step % self.cfg.log_every == 0 or step == steps:
+                self._log_step(loss, epoch, step, steps)
+        return losses, times
 
     def train_step(self, groups: list[list[tuple[Tensor, Tensor]]]) -> tuple[Tensor, float]:
         """Forward and backward over each micro-batch, gradients averaged across ranks once, one optimizer step.
@@ -165,93 +194,18 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.ctx.device.type, dtype=compression.DTYPES[self.cfg.amp])
 
-    def fit(self, history: History, on_epoch_end: Callable[[int, History], None]) -> History:
-        faults.announce(self.ctx.rank)
-        steps = min(len(loader) for loader in self.loaders)
-        if self.cfg.max_steps_per_epoch:
-            steps = min(steps, self.cfg.max_steps_per_epoch)
-        for epoch in range(history.last_epoch + 1, self.cfg.epochs + 1):
-            for loader in self.loaders:
-                # Without this every epoch would replay the same shuffle on every rank.
-                loader.sampler.set_epoch(epoch)
-            record = self._train_epoch(epoch, steps, history)
-            history.epochs.append(record)
-            if self.ctx.is_main:
-                log.info(
-                    "Epoch [%d/%d] done: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s",
-                    epoch, self.cfg.epochs, record["train_loss"], record["test_loss"],
-                    100 * record["test_accuracy"], record["samples_per_s"],
-                )
-            start = time.perf_counter()
-            on_epoch_end(epoch, history)
-            self.checkpoint_time_s += time.perf_counter() - start
-            faults.epoch_done(self.ctx.rank, epoch)
-            if self.watchdog:
-                self.watchdog.kick()
-        self.stamps["training_done"] = time.time()
-        return history
+    def _log_step(self, loss: Tensor, epoch: int, step: int, steps: int) -> None:
+        # Outside the timed region: the allreduce and .item() are sync points.
+        mean_loss = float(self.ctx.average(loss.detach().cpu()))
+        self._check_finite(mean_loss, epoch, step)
+        if self.ctx.is_main:
+            log.info("Epoch [%d/%d], Step [%d/%d], Loss: %.4f", epoch, self.cfg.epochs, step, steps, mean_loss)
 
-    def _train_epoch(self, epoch: int, steps: int, history: History) -> dict[str, Any]:
-        self.model.train()
-        losses, times = [], []
-        batches = zip(*self.loaders)
-        interface = placement.link_interface() if self.ctx.world_size > 1 else None  # one process: no link
-        sent_at_start = placement.sent_bytes(interface)
-        epoch_start = time.perf_counter()
-        for step in range(1, steps + 1):
-            if self.tracer:
-                self.tracer.before_step(step)
-            t0 = self._now()
-            groups = self._micro_batches(next(batches))
-            t1 = self._now()
-            loss, sync_s = self.train_step(groups)
-            t2 = self._now()
-            losses.append(loss)
-            # The samples this step really processed: a short last batch counts for what it holds.
-            times.append((t1 - t0, t2 - t1 - sync_s, sync_s, sum(len(y) for group in groups for _, y in group)))
-            if self.tracer:
-                self.tracer.after_step(step, steps)
-            if self.watchdog:
-                self.watchdog.kick()
-            faults.point("step", self.ctx.rank, epoch, step)
-            self.stamps.setdefault("first_step_done", time.time())
-            if step % self.cfg.log_every == 0 or step == steps:
-                # Outside the timed region: the allreduce and .item() are sync points.
-                mean_loss = float(self.ctx.average(loss.detach().cpu()))
-                self._check_finite(mean_loss, epoch, step)
-                if self.ctx.is_main:
-                    log.info("Epoch [%d/%d], Step [%d/%d], Loss: %.4f", epoch, self.cfg.epochs, step, steps, mean_loss)
-        epoch_time = time.perf_counter() - epoch_start
-        sent = placement.sent_bytes(interface) - sent_at_start if sent_at_start >= 0 else -1
-        # One collective for the whole epoch's losses and timings instead of one per step.
-        step_losses = self.ctx.average(torch.stack(losses).cpu().double())
-        all_times = self.ctx.gather_rows(torch.tensor(times, dtype=torch.float64))
-        # Every rank takes part whether or not it knows its link, so that no rank waits on another's collective.
-        link_sent = self.ctx.gather_rows(torch.tensor([sent], dtype=torch.float64)).flatten().tolist()
-        # Every rank holds the same averaged losses, so every rank stops here together.
-        self._check_finite(float(step_losses.sum()), epoch, steps)
-        eval_start = time.perf_counter()
-        if self.watchdog:
-            self.watchdog.kick("evaluating")
-        faults.point("eval", self.ctx.rank, epoch)
-        test_loss, test_accuracy = self.evaluate()
-        # The last update of an epoch can break the weights after its loss was taken: the test loss shows it.
-        self._check_finite(test_loss, epoch, steps)
-        if self.watchdog:
-            self.watchdog.kick("saving the checkpoint")
-        history.step_losses.extend(step_losses.tolist())
-        return {
-            "epoch": epoch,
-            "train_loss": float(step_losses.mean()),
-            "test_loss": test_loss,
-            "test_accuracy": test_accuracy,
-            "epoch_time_s": epoch_time,
-            "eval_time_s": time.perf_counter() - eval_start,
-            "steps": steps,
-            "samples": int(all_times[..., 3].sum()),
-            **epoch_timing(all_times, self.cfg.warmup_steps),
-            **_link_record(link_sent, interface),
-        }
+    def _log_epoch(self, record: dict[str, Any]) -> None:
+        if self.ctx.is_main:
+            log.info("Epoch [%d/%d] done: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s",
+                     record["epoch"], self.cfg.epochs, record["train_loss"], record["test_loss"],
+                     100 * record["test_accuracy"], record["samples_per_s"])
 
     def _check_finite(self, loss: float, epoch: int, step: int) -> None:
         if not math.isfinite(loss):
@@ -306,15 +260,6 @@ class Trainer:
             # Kernels run asynchronously: without this the clock would measure launches, not work.
             torch.cuda.synchronize(self.ctx.device)
         return time.perf_counter()
-
-
-def _link_record(sent: list[float], interface: str | None) -> dict[str, Any]:
-    """The bytes sent on the link during the epoch's training, as each rank read its interface's counter (ranks on
-    one node read the same counter: workload/regime.py counts each node once); nothing when a rank could not read
-    it (no GLOO_SOCKET_IFNAME: the usual single-host run over loopback)."""
-    if not interface or min(sent) < 0:
-        return {}
-    return {"link": {"interface": interface, "sent_bytes_per_rank": [int(b) for b in sent]}}
 
 
 def _sha256(tensors: Any) -> "hashlib._Hash":

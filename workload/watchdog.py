@@ -15,11 +15,13 @@ import sys
 import threading
 import time
 
+from workload.tools import Tool
+
 log = logging.getLogger(__name__)
 STALL_EXIT_CODE = 3
 
 
-class Watchdog:
+class Watchdog(Tool):
     def __init__(self, timeout_s: float, phase: str = "joining the process group") -> None:
         self.timeout_s = timeout_s
         self.phase = phase
@@ -39,6 +41,18 @@ class Watchdog:
         """Progress was made (the group formed, a step, an evaluation or a checkpoint finished); `phase` is next."""
         self._last = time.monotonic()
         self.phase = phase
+
+    def after_step(self, epoch: int, step: int, steps: int) -> None:
+        self.kick()
+
+    def before_eval(self, epoch: int) -> None:
+        self.kick("evaluating")
+
+    def before_checkpoint(self, epoch: int) -> None:
+        self.kick("saving the checkpoint")
+
+    def epoch_done(self, epoch: int) -> None:
+        self.kick()
 
     def _watch(self) -> None:
         while not self._stop.wait(min(1.0, self.timeout_s / 4)):

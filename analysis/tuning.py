@@ -8,12 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workload import report, speed, stats
-from workload.config import ConfigError
+from analysis import report, runs, speed, stats
+from contract.config import ConfigError
 
 GRID = "grid.json"
 SCHEMA_VERSION = 1
-DISTRIBUTED_ARMS = ("native", "horovod", "native/torchrun", "horovod/horovodrun")
 
 
 def load(grid_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -23,7 +22,7 @@ def load(grid_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]
         grid = json.loads(path.read_text())
     except (OSError, ValueError) as error:
         raise ConfigError(f"{path} cannot be read ({error}); pass a folder written by a compare grid") from None
-    return grid, {s["folder"]: report.load(Path(grid_dir) / s["folder"]) for s in grid["settings"]}
+    return grid, {s["folder"]: runs.load(Path(grid_dir) / s["folder"]) for s in grid["settings"]}
 
 
 def rows(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -33,10 +32,10 @@ def rows(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[d
         for workers in grid["workers"]:
             answer = comparison["speed"].get(str(workers))
             parity = comparison["parity"].get(str(workers), {}).get("verdict", "—")
-            for arm, runs in report.finished(comparison, workers).items():
-                if arm not in DISTRIBUTED_ARMS:
+            for arm, arm_runs in runs.finished(comparison, workers).items():
+                if arm not in speed.DISTRIBUTED_ARMS:
                     continue
-                values = [r[speed.METRIC] for r in runs]
+                values = [r[speed.METRIC] for r in arm_runs]
                 mean, interval = stats.mean_interval(values)
                 out.append({"setting": {name: setting[name] for name in grid["varied"]}, "folder": setting["folder"],
                             "workers": workers, "arm": arm, "mean": mean, "ci95": interval, "runs": len(values),

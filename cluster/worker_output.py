@@ -2,7 +2,7 @@
 
 Ray forwards every worker's stdout and stderr to the driver, prefixed "(RayTrainWorker pid=…, ip=…)", coloured even
 when the output is not a terminal, and in batches, so a worker's last lines could arrive after the driver's summary.
-The project's workers log to stdout (workload/cli.py); what Ray, Ray Train, gloo and Horovod say in a worker goes
+The project's workers log to stdout (contract/cli.py); what Ray, Ray Train, gloo and Horovod say in a worker goes
 to stderr (Python's logging and warnings, C++ glog). So, in the driver:
 
 - a worker's stdout line is logged as it is, without prefix or colour;
@@ -20,15 +20,15 @@ always did, and only the driver's own records go to the file.
 import contextlib
 import logging
 import re
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from contract.worker_end import END
+
 log = logging.getLogger(__name__)
 LOG = "ray.log"
-END = "ddp-vs-horovod: end of worker output"
 END_WAIT_S = 10.0
 RAY_HANDLER = "ray_print_logs"  # the name Ray gives its own handler (ray/_private/worker.py, connect)
 LIBRARY_LOGGERS = ("ray", "horovod", "py.warnings")
@@ -152,9 +152,3 @@ def one_run(workers: int) -> Iterator[None]:
     yield
     if not _router.wait(workers, END_WAIT_S):
         log.debug("not every worker's last lines arrived within %.0f s", END_WAIT_S)
-
-
-def end() -> None:
-    """In a Ray worker, last: tells the driver this process has nothing more to print."""
-    sys.stdout.write(END + "\n")  # a marker for the driver's router, not a log line: it never reaches the output
-    sys.stdout.flush()

@@ -9,9 +9,9 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ray_jobs import worker_output
+from cluster import worker_output
+from contract.config import ConfigError, TrainConfig
 from workload import faults
-from workload.config import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 10
@@ -60,7 +60,7 @@ def run_checkpoints(backend: str, cfg: TrainConfig, options: RayRunOptions) -> t
 def connect(log_file: Path) -> None:
     """Join RAY_ADDRESS (set inside `ray job submit`), else a `ray start` cluster on this machine, else start one.
 
-    Ray's and Horovod's own lines go to `log_file`, the project's to the output (ray_jobs/worker_output.py)."""
+    Ray's and Horovod's own lines go to `log_file`, the project's to the output (cluster/worker_output.py)."""
     import ray
 
     worker_output.route(log_file)
@@ -158,8 +158,8 @@ def user_error(error: BaseException) -> BaseException | None:
     """The user error (bad settings, a diverged run) behind a Ray failure, if one is: Ray wraps a worker's
     exception in RayTaskError (Horovod's RayExecutor) or WorkerGroupError (Ray Train), with a traceback we
     would otherwise print instead of the one line that says what to fix."""
-    from workload.cli import EXIT_CODES
-    from workload.errors import PeerLost
+    from contract.cli import EXIT_CODES
+    from contract.errors import PeerLost
 
     # A lost peer is not the user's to fix: a retry (--max-failures) can get past it.
     user_errors = tuple(kind for kind in EXIT_CODES if kind is not PeerLost)
@@ -186,7 +186,7 @@ def worker_failure(error: BaseException, options: RayRunOptions, resume_hint: st
     """
     from ray.exceptions import RayActorError, RayError
 
-    from workload.errors import PeerLost
+    from contract.errors import PeerLost
 
     try:
         from ray.train.v2.api.exceptions import TrainingFailedError

@@ -8,7 +8,7 @@ only one framework has are refused by the other's entry points and recorded as n
 from dataclasses import fields, replace
 from typing import Any
 
-from workload.config import ConfigError, TrainConfig
+from contract.config import BACKENDS, ConfigError, TrainConfig
 
 DDP_ONLY = ("gradient_as_bucket_view", "static_graph")
 HOROVOD_ONLY = ("cycle_time_ms", "autotune")
@@ -43,7 +43,7 @@ REFERENCE_ROUNDING = {"reference": "native", "reference-horovod": "horovod"}
 
 
 def _framework(backend: str) -> str:
-    if backend in ("native", "horovod"):
+    if backend in BACKENDS:
         return backend
     return "reference"
 

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, fields
 
-from workload.config import AMP, COMPRESSIONS, DATASETS, ConfigError, TrainConfig
-from workload.errors import DataError, Diverged, PeerLost, launcher_rank
+from contract.config import AMP, COMPRESSIONS, DATASETS, ConfigError, TrainConfig
+from contract.errors import DataError, Diverged, PeerLost, launcher_rank
 
 CHOICES = {"dataset": DATASETS, "compression": COMPRESSIONS, "amp": AMP}
 """Fields that take one of a few names: --help shows them as {a,b,c}; TrainConfig refuses others in one line."""
@@ -82,7 +82,9 @@ def _field_docs() -> dict[str, str]:
     return docs
 
 
-PROJECT_LOGGERS = ("__main__", "workload", "native_ddp", "horovod_ddp", "ray_jobs", "tests")
+PROJECT_LOGGERS = ("__main__", "contract", "workload", "native_ddp", "horovod_ddp", "cluster", "launchers", "analysis",
+                   "ray_jobs", "tests")
+"""Every package of the project (tests/test_layout.py checks that none is missing), and a module run as __main__."""
 
 
 class _StdoutHandler(logging.StreamHandler):

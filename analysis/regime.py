@@ -5,15 +5,15 @@ network.png. Read from the sweep's JSON alone, so `compare --render <sweep>` red
 
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workload import report, speed, stats, tuning
-from workload.config import ConfigError
+from analysis import plots, report, runs, speed, stats, tuning
+from contract.config import BACKENDS, ConfigError
 
 NETWORK = "network.json"
 SCHEMA_VERSION = 1
-BACKENDS = ("native", "horovod")
 
 
 def dumps(network: dict[str, Any]) -> str:
@@ -34,8 +34,8 @@ def load(sweep_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         if (folder / tuning.GRID).exists():
             grid, comparisons = tuning.load(folder)
             found = [(s["model_width"], comparisons[s["folder"]]) for s in grid["settings"]]
-        elif (folder / report.COMPARISON).exists():
-            comparison = report.load(folder)
+        elif (folder / runs.COMPARISON).exists():
+            comparison = runs.load(folder)
             found = [(comparison["settings"]["config"].get("model_width", 1), comparison)]
         else:
             found = []  # the run at this rate failed before it wrote anything; network.json keeps its exit code
@@ -52,18 +52,18 @@ def rate_order(network: dict[str, Any]) -> list[str]:
 def rows(cells: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
     out = []
     for cell in cells:
-        by_arm = report.finished(cell["comparison"], workers)
+        by_arm = runs.finished(cell["comparison"], workers)
         answer = cell["comparison"]["speed"].get(str(workers))
         for backend in BACKENDS:
-            runs = by_arm.get(backend, [])
-            if not runs:
+            arm_runs = by_arm.get(backend, [])
+            if not arm_runs:
                 continue
-            mean, interval = stats.mean_interval([r[speed.METRIC] for r in runs])
-            last = [r["epochs"][-1] for r in runs]
-            link = [sent_per_node(r, r["epochs"][-1]) for r in runs if "link" in r["epochs"][-1]]
-            nodes = sorted({len({p["node_id"] for p in r.get("placement", [])}) for r in runs})
+            mean, interval = stats.mean_interval([r[speed.METRIC] for r in arm_runs])
+            last = [r["epochs"][-1] for r in arm_runs]
+            link = [sent_per_node(r, r["epochs"][-1]) for r in arm_runs if "link" in r["epochs"][-1]]
+            nodes = sorted({len({p["node_id"] for p in r.get("placement", [])}) for r in arm_runs})
             out.append({"rate": cell["rate"], "bits": cell["bits"], "width": cell["width"], "backend": backend,
-                        "mean": mean, "ci95": interval, "runs": len(runs),
+                        "mean": mean, "ci95": interval, "runs": len(arm_runs),
                         "comm_share": statistics.fmean(e["comm_share"] for e in last),
                         "link_bytes_per_s": statistics.fmean(link) if link else None,
                         "nodes": nodes, "native_over_horovod": answer if backend == "native" else None})
@@ -126,8 +126,9 @@ def winners(cells: list[dict[str, Any]], workers: int, order: list[str]) -> list
     return out
 
 
-def markdown(network: dict[str, Any], cells: list[dict[str, Any]]) -> str:
-    from workload import model  # torch, to count the network's parameters: only when a report is rendered
+def markdown(network: dict[str, Any], cells: list[dict[str, Any]], sizes: Callable[[int], dict[str, int]]) -> str:
+    """`sizes(width)`: the network's parameters and gradient bytes at that width (workload/model.py counts them, with
+    torch, which this package does not import)."""
 
     order = rate_order(network)
     first = cells[0]["comparison"]["settings"] if cells else {"workers": [], "repeats": 0}
@@ -145,7 +146,7 @@ def markdown(network: dict[str, Any], cells: list[dict[str, Any]]) -> str:
            "per second of that epoch, averaged over nodes and runs (warm-up steps and Ray's own traffic included). "
            "Nodes used: how many distinct Ray nodes the ranks of a run landed on.", "",
            "| width | parameters | bytes per allreduce (float32) |", "|---|---|---|"]
-    out += [f"| {w} | {(s := model.size(w))['parameters']:,} | {s['gradient_bytes']:,} |" for w in widths]
+    out += [f"| {w} | {(s := sizes(w))['parameters']:,} | {s['gradient_bytes']:,} |" for w in widths]
     for workers in first["workers"]:
         out += ["", f"## {workers} worker(s)", "", table(cells, workers, order), "", "**Where the winner changes.**",
                 *winners(cells, workers, order)]
@@ -163,7 +164,7 @@ def markdown(network: dict[str, Any], cells: list[dict[str, Any]]) -> str:
 
 
 def plot(network: dict[str, Any], cells: list[dict[str, Any]], path: Path) -> None:
-    plt = report.pyplot()
+    plt = plots.pyplot()
     order = rate_order(network)
     workers = max((w for c in cells for w in c["comparison"]["settings"]["workers"]), default=0)
     data = rows(cells, workers)
@@ -185,10 +186,10 @@ def plot(network: dict[str, Any], cells: list[dict[str, Any]], path: Path) -> No
     plt.close(fig)
 
 
-def render(sweep_dir: str | Path) -> str:
-    """Write report.md and network.png into the sweep's folder; return the Markdown."""
+def render(sweep_dir: str | Path, sizes: Callable[[int], dict[str, int]]) -> str:
+    """Write report.md and network.png into the sweep's folder; return the Markdown. `sizes`: as for markdown()."""
     network, cells = load(sweep_dir)
-    text = markdown(network, cells)
+    text = markdown(network, cells, sizes)
     (Path(sweep_dir) / "report.md").write_text(text)
     plot(network, cells, Path(sweep_dir) / "network.png")
     return text

@@ -1,5 +1,5 @@
 """The speed answer from a comparison's runs: native ÷ Horovod per worker count, and Ray ÷ each backend's own
-launcher, each a paired ratio over the rounds with its 95 % interval (workload/stats.py does the statistics).
+launcher, each a paired ratio over the rounds with its 95 % interval (analysis/stats.py does the statistics).
 
 Runs pair by round: round r of one arm ran beside round r of the other, in a balanced order, so a slow minute on
 the machine touches both. A round where either run failed drops out of the pairing.
@@ -7,12 +7,16 @@ the machine touches both. A round where either run failed drops out of the pairi
 
 from typing import Any
 
-from workload import stats
+from analysis import stats
+from contract.config import BACKENDS, OWN_LAUNCHER
 
 METRIC = "steady_samples_per_s"
 METRIC_TEXT = ("steady-state throughput: total samples/s from the median step time of the last epoch, warm-up steps "
                "left out")
-VANILLA = {"native": "native/torchrun", "horovod": "horovod/horovodrun"}
+OWN_LAUNCHER_ARMS = {backend: f"{backend}/{launcher}" for backend, launcher in OWN_LAUNCHER.items()}
+"""Each backend's arm under its own launcher, by its label."""
+DISTRIBUTED_ARMS = (*BACKENDS, *OWN_LAUNCHER_ARMS.values())
+"""The arms that train on more than one process: each backend on Ray, then under its own launcher."""
 
 
 def paired(runs: list[dict[str, Any]], workers: int, a: str, b: str, key: str) -> tuple[list[float], list[float]]:
@@ -32,7 +36,7 @@ def estimate_dict(estimate: stats.RatioEstimate) -> dict[str, Any]:
 def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str]) -> dict[str, Any] | None:
     """native ÷ Horovod at `workers`, on Ray when Ray ran, else under their own launchers; None when no round
     has both."""
-    a, b, launcher = ("native", "horovod", "ray") if "ray" in launchers else (*VANILLA.values(), "own launchers")
+    a, b, launcher = (*BACKENDS, "ray") if "ray" in launchers else (*OWN_LAUNCHER_ARMS.values(), "own launchers")
     native, horovod = paired(runs, workers, a, b, METRIC)
     if not native:
         return None
@@ -51,7 +55,7 @@ def launcher_overhead(runs: list[dict[str, Any]], workers: int) -> dict[str, Any
     A steady ratio below 1 means Ray trains slower; an end-to-end ratio above 1 means Ray takes longer overall.
     """
     out = {}
-    for backend, vanilla in VANILLA.items():
+    for backend, vanilla in OWN_LAUNCHER_ARMS.items():
         section = {"vanilla": vanilla.split("/")[1]}
         for name, key in (("steady", METRIC), ("end_to_end", "end_to_end_s")):
             ray, own = paired(runs, workers, backend, vanilla, key)

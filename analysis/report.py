@@ -1,18 +1,12 @@
 """Render a comparison (report.md, loss.png, throughput.png, overhead.png) from comparison.json alone."""
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
-from workload import parity, speed, stats
-from workload.config import ConfigError
+from analysis import parity, plots, runs, speed, stats
+from contract.config import BACKENDS, ConfigError
 
-COMPARISON = "comparison.json"
-SCHEMA_VERSION = 2
-REQUIRED = ("schema_version", "run_id", "settings", "environment", "wall_time_s", "runs", "parity", "not_applicable")
-ORDER = ("reference", "reference-horovod", "global-batch", "native", "horovod", "native/torchrun", "horovod/horovodrun",
-         "dataparallel")
 OPTION_NAMES = {"compression": "--compression", "grad_accumulation": "--grad-accumulation", "amp": "--amp",
                 "bucket_mb": "--bucket-mb", "gradient_as_bucket_view": "--gradient-as-bucket-view",
                 "static_graph": "--static-graph", "cycle_time_ms": "--cycle-time-ms", "autotune": "--autotune",
@@ -31,16 +25,6 @@ ROUNDING_NOTE = (
     "and shows the two references' difference beside it. With more than 2 workers, gloo's ring adds the ranks in "
     "an order that changes along the buffer, which the emulation does not reproduce: each low-precision sum of N "
     "values may then differ by up to N − 2 roundings (float16: 2^-11 relative each; bfloat16: 2^-8).")
-DISTRIBUTED = ("native", "horovod")
-# The phases of workload/phases.py (PHASES), in order, with the name each segment gets in the overhead plot. Written
-# out here rather than imported: workload.phases pulls in torch, and rendering a report should not need it.
-PHASES = {
-    "workers_started": "start → workers started",
-    "process_group_ready": "→ process group ready",
-    "first_step_done": "→ first step done",
-    "training_done": "→ training done",
-    "launcher_returned": "→ launcher returned",
-}
 BN_NOTE = (
     "BatchNorm buffers (running mean and variance) are not gradients, so neither backend averages them. "
     "DDP broadcasts rank 0's buffers at the start of every forward pass, so each rank ends with rank 0's "
@@ -52,71 +36,43 @@ BN_NOTE = (
 )
 
 
-def load(run_dir: str | Path) -> dict[str, Any]:
-    """comparison.json, or a ConfigError saying why it cannot be rendered."""
-    path = Path(run_dir) / COMPARISON
-    fix = "pass a results/<run-id> folder written by python -m ray_jobs.compare"
-    try:
-        comparison = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path} does not exist; {fix}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(f"{path} cannot be read as JSON ({error}); {fix}") from None
-    missing = [k for k in REQUIRED if not isinstance(comparison, dict) or k not in comparison]
-    if missing:
-        raise ConfigError(f"{path} is not a comparison (it lacks {', '.join(missing)}); {fix}")
-    if comparison["schema_version"] != SCHEMA_VERSION:
-        raise ConfigError(f"{path} has schema version {comparison['schema_version']!r}, this renderer reads "
-                          f"{SCHEMA_VERSION}; rerun python -m ray_jobs.compare")
-    return comparison
-
-
 def render(run_dir: str | Path) -> str:
     """Write report.md, loss.png, throughput.png and overhead.png into run_dir from its comparison.json; return the
     Markdown."""
     run_dir = Path(run_dir)
-    comparison = load(run_dir)
+    comparison = runs.load(run_dir)
     try:
         markdown = report_markdown(comparison)
         (run_dir / "report.md").write_text(markdown)
-        plot_losses(comparison, run_dir / "loss.png")
-        plot_throughput(comparison, run_dir / "throughput.png")
-        plot_overhead(comparison, run_dir / "overhead.png")
+        plots.plot_losses(comparison, run_dir / "loss.png")
+        plots.plot_throughput(comparison, run_dir / "throughput.png")
+        plots.plot_overhead(comparison, run_dir / "overhead.png")
     except OSError as error:
         raise ConfigError(f"cannot write the report into {run_dir} ({error.strerror or error}); copy comparison.json "
                           "into a writable folder and render that") from None
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
-        raise ConfigError(f"{run_dir / COMPARISON} is damaged or from another version ({type(error).__name__}: "
+        raise ConfigError(f"{run_dir / runs.COMPARISON} is damaged or from another version ({type(error).__name__}: "
                           f"{error}); rerun python -m ray_jobs.compare") from None
     return markdown
-
-
-def finished(comparison: dict[str, Any], workers: int) -> dict[str, list[dict[str, Any]]]:
-    """The finished runs at `workers`, by arm in report order, each arm's runs by round (the first run first)."""
-    by_arm: dict[str, list[dict[str, Any]]] = {}
-    for run in comparison["runs"]:
-        if run["workers"] == workers and run["status"] == "ok":
-            by_arm.setdefault(run["arm"], []).append(run)
-    order = sorted(by_arm, key=lambda arm: (ORDER.index(arm) if arm in ORDER else len(ORDER), arm))
-    return {arm: sorted(by_arm[arm], key=lambda run: run["round"]) for arm in order}
 
 
 def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
     """One row per arm at `workers`: steady samples/s and end-to-end time over all its finished runs, the rest from
     its first finished run (every repeat trains the same model, so one run speaks for the losses and accuracy)."""
     target = comparison["settings"]["target_accuracy"]
-    single = {arm: statistics.median(r[speed.METRIC] for r in runs) for arm, runs in finished(comparison, 1).items()}
+    single = {arm: statistics.median(r[speed.METRIC] for r in arm_runs)
+              for arm, arm_runs in runs.finished(comparison, 1).items()}
     out = []
-    for arm, runs in finished(comparison, workers).items():
-        first = runs[0]
+    for arm, arm_runs in runs.finished(comparison, workers).items():
+        first = arm_runs[0]
         last = first["epochs"][-1]
         elapsed, reached = 0.0, None
         for epoch in first["epochs"]:
             elapsed += epoch["epoch_time_s"]
             if reached is None and epoch["test_accuracy"] >= target:
                 reached = elapsed
-        steady = stats.spread([r[speed.METRIC] for r in runs])
-        median = statistics.median(r[speed.METRIC] for r in runs)
+        steady = stats.spread([r[speed.METRIC] for r in arm_runs])
+        median = statistics.median(r[speed.METRIC] for r in arm_runs)
         base = single.get(arm)
         out.append({
             "arm": arm,
@@ -129,14 +85,14 @@ def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
             "steady_min": steady["min"],
             "steady_max": steady["max"],
             "runs": steady["n"],
-            "end_to_end_s": statistics.median(r["end_to_end_s"] for r in runs),
+            "end_to_end_s": statistics.median(r["end_to_end_s"] for r in arm_runs),
             "epoch_time_s": last["epoch_time_s"],
             "p50_ms": 1000 * last["step_time_p50_s"],
             "p95_ms": 1000 * last["step_time_p95_s"],
             "comm_share": last["comm_share"],
             "time_to_target_s": reached,
             "peak_rss_mb": max(first["peak_rss_mb_per_worker"]),
-            "scaling": median / (workers * base) if first["backend"] in DISTRIBUTED and base else None,
+            "scaling": median / (workers * base) if first["backend"] in BACKENDS and base else None,
             "buffers_identical": first["buffers_identical_across_ranks"],
         })
     return out
@@ -177,13 +133,13 @@ def speed_line(comparison: dict[str, Any], workers: int) -> str:
 
 def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
     s = comparison["settings"]
-    if not set(DISTRIBUTED) <= set(s["backends"]):
+    if not set(BACKENDS) <= set(s["backends"]):
         return f"it compares native with horovod, and this comparison ran only {', '.join(s['backends'])}"
-    a, b = DISTRIBUTED if "ray" in s["launchers"] else tuple(speed.VANILLA.values())
+    a, b = BACKENDS if "ray" in s["launchers"] else tuple(speed.OWN_LAUNCHER_ARMS.values())
     counts = []
     for arm in (a, b):
-        runs = [r for r in comparison["runs"] if r["workers"] == workers and r["arm"] == arm]
-        counts.append(f"{arm} finished {sum(r['status'] == 'ok' for r in runs)} of {len(runs)} run(s)")
+        arm_runs = [r for r in comparison["runs"] if r["workers"] == workers and r["arm"] == arm]
+        counts.append(f"{arm} finished {sum(r['status'] == 'ok' for r in arm_runs)} of {len(arm_runs)} run(s)")
     return f"no round in which both {a} and {b} finished ({'; '.join(counts)}; see Failed runs)"
 
 
@@ -210,27 +166,16 @@ def overhead_table(comparison: dict[str, Any], workers: int) -> str | None:
     return "\n".join(lines)
 
 
-def median_phases(runs: list[dict[str, Any]]) -> dict[str, float]:
-    """Each phase's median over `runs`, in seconds from the launcher's start, plus eval and checkpoint totals.
-
-    The medians keep the phases' order: every run's phases increase, and a median cannot overtake a median of
-    values that are each at least as large."""
-    out = {name: statistics.median(r["phases"][name] for r in runs) for name in PHASES}
-    out["eval_time_s"] = statistics.median(r["eval_time_s"] for r in runs)
-    out["checkpoint_time_s"] = statistics.median(r["checkpoint_time_s"] for r in runs)
-    return out
-
-
 def phases_table(comparison: dict[str, Any], workers: int) -> str:
-    names = [label.removeprefix("start → ").removeprefix("→ ") for label in PHASES.values()]
+    names = [label.removeprefix("start → ").removeprefix("→ ") for label in runs.PHASE_LABELS.values()]
     head = f"| arm | runs | {' | '.join(names)} | evaluation (total) | checkpoints (total) |"
     lines = ["**Where the time goes**: the median over each arm's finished runs, in seconds from the launcher's start "
              "(evaluation and checkpoints: time spent on them over the whole run).", "",
              head, "|" + "---|" * head.count(" | ") + "---|"]
-    for arm, runs in finished(comparison, workers).items():
-        m = median_phases(runs)
-        cells = " | ".join(_seconds(m[k]) for k in (*PHASES, "eval_time_s", "checkpoint_time_s"))
-        lines.append(f"| {arm} | {len(runs)} | {cells} |")
+    for arm, arm_runs in runs.finished(comparison, workers).items():
+        m = runs.median_phases(arm_runs)
+        cells = " | ".join(_seconds(m[k]) for k in (*runs.PHASE_LABELS, "eval_time_s", "checkpoint_time_s"))
+        lines.append(f"| {arm} | {len(arm_runs)} | {cells} |")
     return "\n".join(lines)
 
 
@@ -242,7 +187,7 @@ def options_table(comparison: dict[str, Any]) -> str | None:
             by_arm.setdefault(run["arm"], run["options"])
     if not by_arm:
         return None
-    arms = sorted(by_arm, key=lambda arm: (ORDER.index(arm) if arm in ORDER else len(ORDER), arm))
+    arms = sorted(by_arm, key=runs.arm_order)
     lines = [f"| option | {' | '.join(arms)} |", "|" + "---|" * (len(arms) + 1)]
     for name, flag in OPTION_NAMES.items():
         cells = [_option(by_arm[arm].get(name, "—")) for arm in arms]
@@ -312,7 +257,7 @@ def report_markdown(comparison: dict[str, Any]) -> str:
         out += ["", f"With `--amp {cfg['amp']}` every run, references included, computes forward and loss under "
                     "torch.autocast with the same dtype, so the same parity rules hold."]
     for workers in s["workers"]:
-        ran = bool(finished(comparison, workers))
+        ran = bool(runs.finished(comparison, workers))
         out += ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), "",
                 table(comparison, workers) if ran else "No run finished at this worker count; see Failed runs."]
         if overhead := overhead_table(comparison, workers):
@@ -380,9 +325,9 @@ def placement_table(comparison: dict[str, Any]) -> str | None:
 
 def identical_parameters(comparison: dict[str, Any], workers: int) -> list[str]:
     """Whether each backend ended with the same weights as the reference that computes as it does, bit for bit."""
-    first = {arm: runs[0] for arm, runs in finished(comparison, workers).items()}
+    first = {arm: arm_runs[0] for arm, arm_runs in runs.finished(comparison, workers).items()}
     out = []
-    for arm in ("native", "horovod", "native/torchrun", "horovod/horovodrun"):
+    for arm in speed.DISTRIBUTED_ARMS:
         ref = parity.reference_for(arm, first)
         if arm in first and ref in first and first[arm].get("parameters_sha256"):
             same = first[arm]["parameters_sha256"] == first[ref].get("parameters_sha256")
@@ -398,106 +343,3 @@ def _seconds(value: float) -> str:
     if value == 0:
         return "0 s"
     return f"{value:.2f} s" if abs(value) < 1 else f"{value:.1f} s"
-
-
-def pyplot() -> Any:
-    """matplotlib.pyplot, imported when a plot is drawn (a second), so --help and refusals answer at once."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; no display on servers or in CI
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_losses(comparison: dict[str, Any], path: Path) -> None:
-    plt = pyplot()
-    counts = comparison["settings"]["workers"]
-    fig, axes = plt.subplots(1, len(counts), figsize=(6 * len(counts), 4), squeeze=False)
-    for ax, workers in zip(axes[0], counts):
-        by_arm = finished(comparison, workers)
-        for arm, runs in by_arm.items():
-            losses = runs[0]["step_losses"]
-            ax.plot(range(1, len(losses) + 1), losses, label=arm, linewidth=1, alpha=0.8)
-        ax.set(title=f"{workers} worker(s): lines overlap where the losses agree", xlabel="step",
-               ylabel="training loss (mean over ranks)", yscale="log")
-        if by_arm:
-            ax.legend(fontsize="small")
-        else:
-            _nothing(ax, "no run finished")
-    _save(fig, path)
-
-
-def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
-    """A bar per arm and worker count at the median steady samples/s, every run a dot on its bar."""
-    plt = pyplot()
-    counts = comparison["settings"]["workers"]
-    by_count = [finished(comparison, workers) for workers in counts]
-    arms = sorted({arm for by_arm in by_count for arm in by_arm},
-                  key=lambda arm: (ORDER.index(arm) if arm in ORDER else len(ORDER), arm))
-    fig, ax = plt.subplots(figsize=(max(6.0, 3 + 0.6 * len(counts) * len(arms)), 4.5))
-    width = 0.8 / max(1, len(arms))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, arm in enumerate(arms):
-        xs, medians = [], []
-        for j, by_arm in enumerate(by_count):
-            if arm not in by_arm:
-                continue
-            x = j + i * width
-            values = [r[speed.METRIC] for r in by_arm[arm]]
-            xs.append(x)
-            medians.append(statistics.median(values))
-            # Spread the dots a little across the bar so that equal values stay visible as several runs.
-            offsets = [0.0] if len(values) == 1 else [
-                width * 0.5 * (k / (len(values) - 1) - 0.5) for k in range(len(values))]
-            ax.scatter([x + o for o in offsets], values, s=14, color="black", zorder=3,
-                       label="one run" if not ax.collections else None)
-        ax.bar(xs, medians, width * 0.95, label=arm, color=colours[i % len(colours)], alpha=0.85)
-    ax.set_xticks([j + width * (len(arms) - 1) / 2 for j in range(len(counts))], [f"{w} worker(s)" for w in counts])
-    ax.set(ylabel="steady-state samples/s, total (median step)",
-           title="Steady-state samples/s (median step) by arm, each dot one run")
-    if arms:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    else:
-        _nothing(ax, "no run finished")
-    _save(fig, path)
-
-
-def plot_overhead(comparison: dict[str, Any], path: Path) -> None:
-    """One stacked horizontal bar per worker count and distributed arm: the median time to each phase."""
-    plt = pyplot()
-    bars = []
-    for workers in comparison["settings"]["workers"]:
-        for arm, runs in finished(comparison, workers).items():
-            if runs[0]["backend"] in DISTRIBUTED:
-                bars.append((f"{workers} worker(s), {arm}", median_phases(runs)))
-    fig, ax = plt.subplots(figsize=(9, 1.5 + 0.45 * max(1, len(bars))))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    ys = range(len(bars))
-    previous = [0.0] * len(bars)
-    for k, (name, label) in enumerate(PHASES.items()):
-        widths = [m[name] - p for (_, m), p in zip(bars, previous)]
-        ax.barh(ys, widths, left=previous, color=colours[k % len(colours)], label=label, height=0.6)
-        previous = [m[name] for _, m in bars]
-    for y, total in zip(ys, previous):
-        ax.text(total, y, f" {total:.1f} s", va="center", fontsize="small")
-    ax.set_yticks(list(ys), [name for name, _ in bars])
-    ax.invert_yaxis()  # the first worker count at the top, as in the report
-    ax.set(xlabel="seconds from launcher start (median over runs)",
-           title="Where the time goes, from launch to return")
-    if bars:
-        ax.set_xlim(0, 1.15 * max(previous))  # room for the totals written after each bar
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    else:
-        _nothing(ax, "no distributed run finished")
-    _save(fig, path)
-
-
-def _save(fig: Any, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    pyplot().close(fig)
-
-
-def _nothing(ax: Any, text: str) -> None:
-    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center")

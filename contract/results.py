@@ -6,15 +6,13 @@ import json
 import os
 import platform
 import tempfile
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from workload import files
-from workload.config import TrainConfig
-
-if TYPE_CHECKING:  # compare reads and writes results without importing torch (its --help answers at once)
-    from workload.trainer import History
+from contract import files
+from contract.config import TrainConfig
 
 SCHEMA_VERSION = 1
 REQUIRED = {
@@ -26,6 +24,21 @@ EPOCH_KEYS = ("epoch", "train_loss", "test_loss", "test_accuracy", "samples_per_
               "epoch_time_s", "step_time_p50_s", "step_time_p95_s", "comm_share")
 FINAL_KEYS = ("test_accuracy", "test_loss", "wall_time_s")
 FILENAME = "results.json"
+
+
+@dataclass(slots=True)
+class History:
+    """Everything a result needs from finished epochs; it travels inside checkpoints so a resumed run has it all."""
+
+    step_losses: list[float] = field(default_factory=list)
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+    training_s: float = 0.0
+    """Seconds spent training these epochs, in every attempt, up to the last epoch's checkpoint: a resumed run's
+    wall time then covers the epochs it reports, not only those of its last attempt."""
+
+    @property
+    def last_epoch(self) -> int:
+        return self.epochs[-1]["epoch"] if self.epochs else 0
 
 
 def environment() -> dict[str, Any]:

@@ -4,7 +4,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from workload import results
+from contract import results
 
 log = logging.getLogger(__name__)
 

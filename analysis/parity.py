@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from itertools import combinations
 from typing import Any
 
-BACKENDS = ("native", "horovod")
+from contract.config import BACKENDS
+
 REFERENCE = "reference"
 REFERENCE_HOROVOD = "reference-horovod"
 INFORMATIONAL = "global-batch"

@@ -4,7 +4,7 @@ import math
 import os
 from pathlib import Path
 
-from workload.config import ConfigError, TrainConfig
+from contract.config import ConfigError, TrainConfig
 
 # Most filesystems cap one path component at 255 bytes; a longer run name would fail only when first written.
 NAME_MAX = 255

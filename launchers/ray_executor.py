@@ -7,15 +7,16 @@ would also move the native backend off Train V2; RayExecutor works with the pinn
 import logging
 from typing import Any
 
-from horovod_ddp.worker import import_horovod, ray_worker
-from ray_jobs.cluster import RayRunOptions, user_error
-from workload.config import TrainConfig
+from cluster.ray_cluster import RayRunOptions, user_error
+from contract.config import TrainConfig
+from horovod_ddp.adapter import import_horovod
+from horovod_ddp.worker import ray_worker
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 60
 
 
-def on_ray(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
+def run(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
     """Run `horovod_ddp.worker.ray_worker` on `cfg.workers` Ray workers; return rank 0's result.
 
     A failed attempt (a worker died, or lost its peer) is retried `max_failures` times from cfg.checkpoint_dir

@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ray_jobs.cluster import RayRunOptions
-from workload import cli, options, phases
-from workload.config import ConfigError, TrainConfig
+from cluster.ray_cluster import RayRunOptions
+from contract import cli, options, phases
+from contract.config import OWN_LAUNCHER, ConfigError, TrainConfig
+from launchers import on_ray
 
 log = logging.getLogger(__name__)
 LAUNCHERS = ("ray", "torchrun", "horovodrun")
-VANILLA = {"native": "torchrun", "horovod": "horovodrun"}
-"""The launcher each backend ships with, the baseline Ray is measured against."""
 LOG = "launcher.log"
 TORCHRUN_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 """torchrun's shared rendezvous store outlives a restart and its keys carry no attempt number, so restarted ranks
@@ -54,10 +53,10 @@ def parse_launchers(text: str) -> list[str]:
     return names
 
 
-def arms(backends: list[str], launchers: list[str]) -> list[Arm]:
+def for_backends(backends: list[str], launchers: list[str]) -> list[Arm]:
     """Every backend on Ray, and each backend under its own launcher where that launcher was asked for."""
     return [Arm(backend, launcher) for launcher in launchers for backend in backends
-            if launcher == "ray" or VANILLA[backend] == launcher]
+            if launcher == "ray" or OWN_LAUNCHER[backend] == launcher]
 
 
 def check_available(launchers: list[str], backends: list[str]) -> None:
@@ -65,8 +64,8 @@ def check_available(launchers: list[str], backends: list[str]) -> None:
     for launcher in launchers:
         if launcher == "ray":
             continue
-        if not any(VANILLA[b] == launcher for b in backends):
-            raise ConfigError(f"--launchers {launcher} runs {next(b for b, l in VANILLA.items() if l == launcher)}, "
+        if not any(OWN_LAUNCHER[b] == launcher for b in backends):
+            raise ConfigError(f"--launchers {launcher} runs {next(b for b, l in OWN_LAUNCHER.items() if l == launcher)}, "
                               f"which --backends leaves out; add it or drop {launcher}")
         if _executable(launcher) is None:
             raise ConfigError(f"--launchers {launcher}: `{launcher}` is not on PATH here; run `make install` and "
@@ -81,9 +80,7 @@ def run(arm: Arm, cfg: TrainConfig) -> dict[str, Any]:
 
         reference.train(cfg, mode=arm.backend)
     elif arm.launcher == "ray":
-        from ray_jobs.train import BACKENDS
-
-        BACKENDS[arm.backend](cfg, RayRunOptions())
+        on_ray.launch(arm.backend, cfg, RayRunOptions())
     else:
         _run_command(arm, cfg)
     return phases.finish(cfg.output_dir, start)

@@ -5,6 +5,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+BACKENDS = ("native", "horovod")
+"""The two distributed backends this project compares."""
+OWN_LAUNCHER = {"native": "torchrun", "horovod": "horovodrun"}
+"""The launcher each backend ships with, the baseline Ray is measured against."""
 DATASETS = ("auto", "mnist", "synthetic")
 COMPRESSIONS = ("none", "fp16", "bf16")
 AMP = ("none", "bf16", "fp16")

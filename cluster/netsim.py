@@ -39,7 +39,7 @@ from typing import Any
 
 import psutil
 
-from workload.config import ConfigError
+from contract.config import ConfigError
 
 log = logging.getLogger(__name__)
 SUBNET = "198.18.0"

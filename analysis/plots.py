@@ -1,0 +1,112 @@
+"""The comparison's plots: loss.png, throughput.png and overhead.png, from comparison.json alone."""
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from analysis import speed
+from analysis.runs import PHASE_LABELS, arm_order, finished, median_phases
+from contract.config import BACKENDS
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot, imported when a plot is drawn (a second), so --help and refusals answer at once."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display on servers or in CI
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_losses(comparison: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
+    counts = comparison["settings"]["workers"]
+    fig, axes = plt.subplots(1, len(counts), figsize=(6 * len(counts), 4), squeeze=False)
+    for ax, workers in zip(axes[0], counts):
+        by_arm = finished(comparison, workers)
+        for arm, runs in by_arm.items():
+            losses = runs[0]["step_losses"]
+            ax.plot(range(1, len(losses) + 1), losses, label=arm, linewidth=1, alpha=0.8)
+        ax.set(title=f"{workers} worker(s): lines overlap where the losses agree", xlabel="step",
+               ylabel="training loss (mean over ranks)", yscale="log")
+        if by_arm:
+            ax.legend(fontsize="small")
+        else:
+            nothing(ax, "no run finished")
+    save(fig, path)
+
+
+def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
+    """A bar per arm and worker count at the median steady samples/s, every run a dot on its bar."""
+    plt = pyplot()
+    counts = comparison["settings"]["workers"]
+    by_count = [finished(comparison, workers) for workers in counts]
+    arms = sorted({arm for by_arm in by_count for arm in by_arm},
+                  key=arm_order)
+    fig, ax = plt.subplots(figsize=(max(6.0, 3 + 0.6 * len(counts) * len(arms)), 4.5))
+    width = 0.8 / max(1, len(arms))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, arm in enumerate(arms):
+        xs, medians = [], []
+        for j, by_arm in enumerate(by_count):
+            if arm not in by_arm:
+                continue
+            x = j + i * width
+            values = [r[speed.METRIC] for r in by_arm[arm]]
+            xs.append(x)
+            medians.append(statistics.median(values))
+            # Spread the dots a little across the bar so that equal values stay visible as several runs.
+            offsets = [0.0] if len(values) == 1 else [
+                width * 0.5 * (k / (len(values) - 1) - 0.5) for k in range(len(values))]
+            ax.scatter([x + o for o in offsets], values, s=14, color="black", zorder=3,
+                       label="one run" if not ax.collections else None)
+        ax.bar(xs, medians, width * 0.95, label=arm, color=colours[i % len(colours)], alpha=0.85)
+    ax.set_xticks([j + width * (len(arms) - 1) / 2 for j in range(len(counts))], [f"{w} worker(s)" for w in counts])
+    ax.set(ylabel="steady-state samples/s, total (median step)",
+           title="Steady-state samples/s (median step) by arm, each dot one run")
+    if arms:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    else:
+        nothing(ax, "no run finished")
+    save(fig, path)
+
+
+def plot_overhead(comparison: dict[str, Any], path: Path) -> None:
+    """One stacked horizontal bar per worker count and distributed arm: the median time to each phase."""
+    plt = pyplot()
+    bars = []
+    for workers in comparison["settings"]["workers"]:
+        for arm, runs in finished(comparison, workers).items():
+            if runs[0]["backend"] in BACKENDS:
+                bars.append((f"{workers} worker(s), {arm}", median_phases(runs)))
+    fig, ax = plt.subplots(figsize=(9, 1.5 + 0.45 * max(1, len(bars))))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    ys = range(len(bars))
+    previous = [0.0] * len(bars)
+    for k, (name, label) in enumerate(PHASE_LABELS.items()):
+        widths = [m[name] - p for (_, m), p in zip(bars, previous)]
+        ax.barh(ys, widths, left=previous, color=colours[k % len(colours)], label=label, height=0.6)
+        previous = [m[name] for _, m in bars]
+    for y, total in zip(ys, previous):
+        ax.text(total, y, f" {total:.1f} s", va="center", fontsize="small")
+    ax.set_yticks(list(ys), [name for name, _ in bars])
+    ax.invert_yaxis()  # the first worker count at the top, as in the report
+    ax.set(xlabel="seconds from launcher start (median over runs)",
+           title="Where the time goes, from launch to return")
+    if bars:
+        ax.set_xlim(0, 1.15 * max(previous))  # room for the totals written after each bar
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    else:
+        nothing(ax, "no distributed run finished")
+    save(fig, path)
+
+
+def save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    pyplot().close(fig)
+
+
+def nothing(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center")

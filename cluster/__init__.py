@@ -1,0 +1,1 @@
+"""The cluster parts: joining Ray, routing its output, and the simulated multi-node cluster."""

@@ -1,0 +1,107 @@
+"""Native DDP: the shared workload wrapped in DistributedDataParallel. Only what PyTorch's DDP forces lives here; the
+worker entry points (native_ddp/worker.py) run it under Ray Train and torchrun."""
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from contract import options
+from contract.config import TrainConfig
+from contract.results import History
+from workload import checkpoint, compression, data, tools
+from workload.distributed import DistContext
+from workload.run import build_model, train_and_report
+from workload.tracing import Tracer
+from workload.trainer import Trainer, amp_scaler, build_optimizer, shard_loader
+from workload.watchdog import Watchdog
+
+log = logging.getLogger(__name__)
+OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+
+
+class DDPGradientSync:
+    """DDP averages gradients inside backward(), bucket by bucket, overlapping with the rest of backward.
+
+    A comm hook (the stock one for --compression, only timed) notes when the last bucket was handed to the
+    allreduce; the time backward() still took after that is the communication that was not hidden behind compute.
+    On GPU the note is the launch time on the host, so it also counts the tail of backward's kernels.
+    """
+
+    def __init__(self, model: DDP, optimizer: torch.optim.Optimizer, compression_name: str = "none") -> None:
+        self.model, self.optimizer = model, optimizer
+        self.hook = compression.ddp_hook(compression_name)
+        self.last_bucket_at = 0.0
+        model.register_comm_hook(self, _timed_hook)  # DDP: the stock hook for the compression, same maths
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        return self.model.no_sync()  # DDP: accumulate locally, allreduce at the next backward outside no_sync
+
+    def group_done(self) -> None:
+        pass
+
+    def wait(self, backward_end: float) -> float:
+        return max(0.0, backward_end - self.last_bucket_at)
+
+    def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
+        apply(self.optimizer)
+
+
+def _timed_hook(state: DDPGradientSync, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    state.last_bucket_at = time.perf_counter()
+    return state.hook(None, bucket)
+
+
+def torch_all_reduce(device: torch.device):
+    def all_reduce(tensor: torch.Tensor, op: str) -> torch.Tensor:
+        # NCCL reduces device tensors only; gloo is happy with either.
+        out = tensor.detach().to(device, copy=True)
+        dist.all_reduce(out, op=OPS[op])  # DDP: metrics go over the same process group
+        return out.to(tensor.device)
+
+    return all_reduce
+
+
+def lost_peer(error: BaseException) -> bool:
+    """Whether a collective failed because a peer went away: gloo raises a plain RuntimeError from its transport
+    ("Connection closed by peer", "Connection reset by peer"), NCCL and the store a DistError."""
+    return isinstance(error, dist.DistError) or (isinstance(error, RuntimeError) and "gloo/transport" in str(error))
+
+
+def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str, Any] | None,
+          save_checkpoint, watchdog: Watchdog, restarts: int = 0) -> dict[str, Any] | None:
+    """Train on this rank; rank 0 returns the result written to results.json.
+
+    `state` is the checkpoint to resume from; `save_checkpoint(epoch, history, module, optimizer)` runs on every
+    rank after every epoch (each launcher stores checkpoints its own way). `watchdog` has run since before the
+    process group existed; `restarts` is how many times the launcher restarted this run's workers.
+    """
+    options.check(cfg, "native")
+    if state:  # the launchers have checked, before the dataset was resolved; a safety net now that it is
+        checkpoint.check_resume(state, cfg, "the run's checkpoint", "native", launcher)
+    torch.set_num_threads(cfg.threads_per_worker)
+    splits = data.load(cfg)
+    model = build_model(cfg, ctx.device)
+    optimizer = build_optimizer(model, cfg, ctx.world_size)
+    # Every rank restores the optimizer state itself: DDP broadcasts parameters and buffers, not momentum.
+    history = checkpoint.restore(state, model, optimizer) if state else History()
+    if history.last_epoch and ctx.is_main:
+        log.info("resuming after epoch %d", history.last_epoch)
+    # DDP: wrapping broadcasts rank 0's parameters and buffers, then averages gradients during backward.
+    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+              bucket_cap_mb=cfg.bucket_mb or None,  # DDP: None is its own default (25 MiB)
+              gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph)
+    tracer = Tracer(ctx.rank, cfg.warmup_steps, cfg.output_dir, ctx.device) if cfg.trace else None
+    trainer = Trainer(ctx=ctx, cfg=cfg, model=ddp, module=model, optimizer=optimizer,
+                      sync=DDPGradientSync(ddp, optimizer, cfg.compression), splits=splits,
+                      loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], scaler=amp_scaler(cfg),
+                      tools=tools.for_rank(ctx.rank, tracer, watchdog))
+    return train_and_report(
+        trainer, backend="native", launcher=launcher, history=history, restarts=restarts,
+        on_epoch_end=lambda epoch, history: save_checkpoint(epoch, history, model, optimizer),
+    )

@@ -1,0 +1,171 @@
+"""One comparison: every arm repeated and interleaved beside the single-process references, then parity and the speed
+answer per worker count, into <root>/<run-id>/comparison.json. `python -m ray_jobs.compare`, `make bench` and the
+tuning grid run it; analysis/ renders what it writes.
+"""
+
+import logging
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from analysis import parity, speed, stats
+from analysis.runs import COMPARISON
+from cluster import worker_output
+from cluster.ray_cluster import check_address, connect, require, user_error
+from contract import options, preflight, results
+from contract.config import BACKENDS, ConfigError, TrainConfig
+from launchers import arms
+from launchers.arms import Arm
+from workload import data, tracing
+
+log = logging.getLogger(__name__)
+DEFAULT_TOLERANCE = 1e-4
+DEFAULT_WORKERS = "2"
+DEFAULT_REPEATS = 6
+DEFAULT_EPOCHS = 2
+RUN_KEYS = ("epochs", "final", "step_losses", "peak_rss_mb_per_worker", "parameters_identical_across_ranks",
+            "buffers_identical_across_ranks", "parameters_sha256", "options", "phases", "end_to_end_s", "eval_time_s",
+            "checkpoint_time_s", "placement")
+ARTIFACTS = ("trace-rank*.json", tracing.TIMELINE, options.AUTOTUNE_LOG)
+"""Files a run may leave beside its results.json that the report links to."""
+
+
+def parse_workers(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--workers takes a comma-separated list of positive integers, got {text!r}") from None
+    if not counts or any(n <= 0 for n in counts) or len(set(counts)) != len(counts):
+        raise ConfigError(f"--workers takes distinct positive integers, got {text!r}")
+    return counts
+
+
+def parse_backends(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown or not names:
+        named = ", ".join(unknown) or repr(text)
+        raise ConfigError(f"unknown backend {named} in --backends; choose from {', '.join(BACKENDS)}")
+    return names
+
+
+def plan(workers: list[int], arms: list[Arm], repeats: int,
+         emulate_horovod: bool = False) -> tuple[list[tuple[int, Arm, int]], list[dict]]:
+    """The runs as (round, arm, workers), in order, and what cannot run here with the reason.
+
+    Per worker count: the references once (they are deterministic and only serve parity; `emulate_horovod` adds the
+    one that rounds compressed gradients as Horovod does), then every arm `repeats` times in a balanced order
+    (A B B A …), so that a slow minute on the machine hits every arm alike.
+    """
+    runs, not_applicable = [], []
+    for n in workers:
+        runs.append((0, Arm("reference", "local"), n))
+        if emulate_horovod:
+            runs.append((0, Arm(parity.REFERENCE_HOROVOD, "local"), n))
+        if n > 1:
+            runs.append((0, Arm("global-batch", "local"), n))
+        runs += [(r, arm, n) for r, arm in stats.balanced_order(arms, repeats)]
+        if n > 1:
+            from workload import reference  # torch, to count GPUs: after the flags are read, not for --help
+
+            if reason := reference.dataparallel_unavailable(n):
+                not_applicable.append({"backend": "dataparallel", "workers": n, "reason": reason})
+            else:
+                runs.append((0, Arm("dataparallel", "local"), n))
+    return runs, not_applicable
+
+
+def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Path, *, parity_steps: int,
+            tolerance: float, target_accuracy: float, repeats: int = 1, launcher_names: list[str] = ("ray",),
+            references: bool = True, run_id: str = "", network: dict[str, Any] | None = None) -> Path:
+    """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
+    folder. `network`: the simulated link the runs cross (ray_jobs/link_sweep.py), recorded with every run."""
+    launcher_names = list(launcher_names)
+    check_options(base, backends)
+    arms.check_available(launcher_names, backends)
+    # Checked (and the dataset resolved) at the most workers: they make the shortest epochs.
+    base = replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths()
+    preflight.check_config(base)
+    on_ray = bool(backends) and "ray" in launcher_names
+    if on_ray:
+        check_address()
+    base = data.resolve(base)
+    run_id = run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = root / run_id
+    if on_ray:
+        connect(run_dir / worker_output.LOG)  # one Ray cluster for every run; the file opens with the first Ray run
+        require(max(workers), base.use_gpu)
+    runs, not_applicable = plan(workers, arms.for_backends(backends, launcher_names), repeats,
+                                emulate_horovod=base.compression != "none" and "horovod" in backends)
+    if not references:
+        runs = [run for run in runs if run[1].launcher != "local"]
+    run_dir.mkdir(parents=True)
+    started = time.monotonic()
+    records = []
+    for i, (round_, arm, n) in enumerate(runs, 1):
+        name = f"{arm.label.replace('/', '-')}-{n}w" + (f"-r{round_}" if arm.launcher != "local" else "")
+        # Each backend takes the options it has; the others are recorded as not applicable in its results.json.
+        cfg = replace(options.for_backend(base, arm.backend), workers=n, output_dir=str(run_dir / name))
+        what = f"[{i}/{len(runs)}] {arm.label}, {n} worker(s)"
+        what += f", round {round_ + 1}" if arm.launcher != "local" else ""
+        log.info("%s: started at +%.0f s", what, time.monotonic() - started)
+        record = {"arm": arm.label, "backend": arm.backend, "launcher": arm.launcher, "workers": n, "round": round_}
+        try:
+            doc = arms.run(arm, cfg)
+            if network:
+                # The driver knows the link the workers crossed; the workers do not.
+                doc["network"] = network
+                results.write(cfg.output_dir, doc)
+            records.append({**record, "status": "ok", "error": None,
+                            "results": str(Path(cfg.output_dir, results.FILENAME).relative_to(run_dir)),
+                            "artifacts": sorted(str(p.relative_to(run_dir)) for pattern in ARTIFACTS
+                                                for p in Path(cfg.output_dir).glob(pattern)),
+                            **{k: doc[k] for k in RUN_KEYS}, **({"network": network} if network else {}),
+                            speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]})
+            log.info("%s: done, %.0f samples/s (steady), test accuracy %.2f%%, %.1f s end to end, +%.0f s", what,
+                     doc["epochs"][-1]["samples_per_s_median"], 100 * doc["final"]["test_accuracy"],
+                     doc["end_to_end_s"], time.monotonic() - started)
+        except Exception as error:  # noqa: BLE001 - a failed run is recorded in the report, and the rest go on
+            error = user_error(error) or error
+            message = " ".join(f"{type(error).__name__}: {error}".split())[:500]
+            records.append({**record, "status": "failed", "error": message})
+            log.error("%s: FAILED: %s", what, message)
+    compared = [arm.label for arm in arms.for_backends(backends, launcher_names)]
+    verdicts, speeds, overheads = {}, {}, {}
+    for n in workers:
+        # Parity from each arm's first finished round: every repeat trains the same model.
+        losses = {}
+        for r in sorted(records, key=lambda r: r["round"]):
+            if r["workers"] == n and r["status"] == "ok":
+                losses.setdefault(r["arm"], r["step_losses"])
+        verdicts[str(n)] = parity.verdict(losses, parity_steps, tolerance, compared)
+        if set(backends) == set(BACKENDS) and (answer := speed.speed(records, n, launcher_names)):
+            speeds[str(n)] = answer
+        if overhead := speed.launcher_overhead(records, n):
+            overheads[str(n)] = overhead
+    comparison = {
+        "schema_version": 2,
+        "run_id": run_id,
+        "settings": {"config": base.to_dict(), "workers": workers, "backends": backends, "launchers": launcher_names,
+                     "repeats": repeats, "parity_steps": parity_steps, "tolerance": tolerance,
+                     "target_accuracy": target_accuracy, "speed_metric": speed.METRIC,
+                     **({"network": network} if network else {})},
+        "environment": results.environment(),
+        "wall_time_s": time.monotonic() - started,
+        "runs": records,
+        "not_applicable": not_applicable,
+        "parity": verdicts,
+        "speed": speeds,
+        "launcher_overhead": overheads,
+    }
+    results.write_json(run_dir / COMPARISON, comparison)
+    return run_dir
+
+
+def check_options(base: TrainConfig, backends: list[str]) -> None:
+    """An option that no compared backend has is refused; one that only some have is recorded as not applicable."""
+    for backend in BACKENDS:
+        if backend not in backends:
+            options.check(base, "horovod" if backend == "native" else "native", "--backends")

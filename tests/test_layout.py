@@ -1,0 +1,108 @@
+"""The house rules, read from the source with `ast`: imports run one way between the packages, the torch-free
+packages import no torch, Ray or Horovod at module level, and each shared constant is defined once."""
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from contract.cli import PROJECT_LOGGERS
+from tests.conftest import REPO
+
+MAY_IMPORT = {
+    "contract": set(),
+    "analysis": {"contract"},
+    "workload": {"contract"},
+    "native_ddp": {"contract", "workload"},
+    "horovod_ddp": {"contract", "workload"},
+    "cluster": {"contract", "workload"},
+    "launchers": {"contract", "workload", "native_ddp", "horovod_ddp", "cluster"},
+    "ray_jobs": {"contract", "workload", "native_ddp", "horovod_ddp", "cluster", "launchers", "analysis"},
+}
+"""The packages each package may import besides itself: the torch-free contract ← workload ← the backends ←
+the cluster parts and launchers ← the commands; the analysis imports the contract alone."""
+TORCH_FREE = ("contract", "analysis")
+HEAVY = ("torch", "torchvision", "ray", "horovod")
+
+
+def modules() -> list[Path]:
+    return sorted(path for package in MAY_IMPORT for path in (REPO / package).glob("*.py"))
+
+
+def imported(node: ast.AST) -> list[str]:
+    """The top-level names an import statement imports from (relative imports are not used here)."""
+    if isinstance(node, ast.Import):
+        return [alias.name.split(".")[0] for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module:
+        return [node.module.split(".")[0]]
+    return []
+
+
+def module_level(tree: ast.Module) -> list[ast.AST]:
+    """Statements that run when the module is imported: the body, and inside if/try/with at that level, not inside
+    functions or classes' methods."""
+    out, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            todo += [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)]
+    return out
+
+
+def test_every_package_is_known_to_the_rules_the_logging_and_the_packaging():
+    packages = {path.parent.name for path in REPO.glob("*/__init__.py")} - {"tests", "tools"}
+    assert packages == set(MAY_IMPORT)
+    assert packages <= set(PROJECT_LOGGERS)
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert {name.rstrip("*") for name in include} == packages
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_imports_run_one_way(path):
+    package = path.parent.name
+    allowed = MAY_IMPORT[package] | {package}
+    tree = ast.parse(path.read_text())
+    wrong = sorted({name for node in ast.walk(tree) for name in imported(node)
+                    if name in MAY_IMPORT and name not in allowed})
+    assert not wrong, f"{package}/{path.name} imports {', '.join(wrong)}, which {package} may not import"
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if p.parent.name in TORCH_FREE],
+                         ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_torch_free_packages_import_no_framework_at_module_level(path):
+    tree = ast.parse(path.read_text())
+    heavy = sorted({name for node in module_level(tree) for name in imported(node) if name in HEAVY})
+    assert not heavy, f"{path.parent.name}/{path.name} imports {', '.join(heavy)} when it is imported"
+
+
+def test_the_backend_names_are_defined_once():
+    backends = ("native", "horovod")
+    where = []
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Tuple) and all(isinstance(e, ast.Constant) for e in node.elts) and \
+                    tuple(e.value for e in node.elts) == backends:
+                where.append(f"{path.parent.name}/{path.name}:{node.lineno}")
+    assert where == ["contract/config.py:8"], where
+
+
+def test_no_two_modules_define_the_same_collection():
+    """A tuple, list, set or dict of literals assigned at module level stands in one module; others import it."""
+    seen: dict[str, str] = {}
+    twice = []
+    for path in modules():
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or not isinstance(
+                    node.value, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+                continue
+            try:
+                value = repr(ast.literal_eval(node.value))
+            except ValueError:
+                continue  # built from other names
+            where = f"{path.parent.name}/{path.name}:{node.lineno}"
+            if value in seen and len(ast.literal_eval(node.value)) > 1:
+                twice.append(f"{value} at {seen[value]} and {where}")
+            seen.setdefault(value, where)
+    assert not twice, twice

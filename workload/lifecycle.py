@@ -1,0 +1,64 @@
+"""The life of one rank, written once for every worker entry point (Ray Train, RayExecutor, torchrun, horovodrun):
+a watchdog from before the process group exists, the group, logging, training, a lost peer as one line, shutdown.
+
+Each backend supplies a `Framework`: only what its framework forces (how the group forms and ends, and what a
+collective raises when a peer has gone).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from contract import cli, summary, worker_end
+from contract.config import TrainConfig
+from contract.errors import launcher_rank
+from workload import faults
+from workload.distributed import DistContext, leave, peer_lost
+from workload.watchdog import Watchdog
+
+
+@dataclass(frozen=True, slots=True)
+class Framework:
+    """What one backend's framework forces on a rank's life, under one launcher."""
+
+    init: Callable[[TrainConfig], DistContext]
+    """Forms the process group (or takes the one the launcher formed); this rank's context."""
+    lost_peer: Callable[[BaseException], bool]
+    """Whether an error raised by a collective means another rank died or left."""
+    shutdown: Callable[[], None]
+    """Ends this rank's part in the group (nothing where the launcher owns the group)."""
+
+
+def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
+             train: Callable[[DistContext, Watchdog], dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Run `train(ctx, watchdog)` on this rank, inside the rank's whole life; rank 0's result, None elsewhere.
+
+    Under torchrun and horovodrun rank 0 prints the summary, and a lost peer raises its one line; in a Ray worker
+    the lost peer ends the process with that line (the driver says how to resume), and the output router is told
+    that this worker has nothing more to print.
+    """
+    on_ray = launcher == "ray"
+    # From before the group exists: a peer that dies while it forms must not leave this rank waiting for gloo's
+    # 30-minute default.
+    with Watchdog(cfg.stall_timeout_s) as watchdog:
+        if not on_ray:
+            faults.point("init", launcher_rank())
+        ctx = framework.init(cfg)
+        watchdog.kick("starting")
+        cli.setup_logging(ctx.rank)
+        try:
+            doc = train(ctx, watchdog)
+        except Exception as error:
+            if not framework.lost_peer(error):
+                raise
+            lost = peer_lost(error, ctx.rank, launcher, cfg.checkpoint_dir)
+            if on_ray:
+                leave(lost)
+            raise lost from None
+        finally:
+            framework.shutdown()
+            if on_ray:
+                worker_end.end()
+    if doc and not on_ray:
+        summary.announce(doc)
+    return doc
