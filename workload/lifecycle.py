@@ -48,6 +48,8 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
         cli.setup_logging(ctx.rank)
         try:
             doc = train(ctx, watchdog)
+            if doc and not on_ray:
+                summary.announce(doc)
         except Exception as error:
             if not framework.lost_peer(error):
                 raise
@@ -59,6 +61,4 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
             framework.shutdown()
             if on_ray:
                 worker_end.end()
-    if doc and not on_ray:
-        summary.announce(doc)
     return doc

@@ -6,7 +6,7 @@ import logging
 import math
 import resource
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -107,9 +107,10 @@ class Trainer:
         for loader in self.loaders:
             # Without this every epoch would replay the same shuffle on every rank.
             loader.sampler.set_epoch(epoch)
+        batches = zip(*self.loaders)
         link = placement.LinkCounter(self.ctx.world_size)
         epoch_start = time.perf_counter()
-        losses, times = self._steps(epoch, steps)
+        losses, times = self._steps(epoch, steps, batches)
         epoch_time = time.perf_counter() - epoch_start
         link.stop()
         # One collective for the whole epoch's losses and timings instead of one per step.
@@ -138,10 +139,10 @@ class Trainer:
             **link_record,
         }
 
-    def _steps(self, epoch: int, steps: int) -> tuple[list[Tensor], list[tuple[float, float, float, int]]]:
+    def _steps(self, epoch: int, steps: int, batches: Iterator[tuple[list[Tensor], ...]]
+               ) -> tuple[list[Tensor], list[tuple[float, float, float, int]]]:
         """The epoch's steps: each one's loss (a tensor: no sync) and its (load, compute, sync seconds, samples)."""
         losses, times = [], []
-        batches = zip(*self.loaders)
         for step in range(1, steps + 1):
             self.tools.before_step(epoch, step)
             t0 = self._now()
