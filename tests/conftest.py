@@ -1,5 +1,6 @@
 """Shared fixtures: synthetic data made once per session, and one real local Ray cluster for every Ray test."""
 
+import contextlib
 import json
 import os
 import socket
@@ -8,6 +9,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 
 from contract.config import TrainConfig
@@ -82,21 +84,41 @@ def ray_cluster(tmp_path_factory):
     import ray
 
     port, dashboard_port = free_port(), free_port()
+    temp_dir = tmp_path_factory.mktemp("ray")
     # A throwaway loopback cluster: no token to share between `ray start`, this driver and `ray job submit`.
     os.environ["RAY_AUTH_MODE"] = "disabled"
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0"}
-    subprocess.run(
-        [str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=4",
-         "--num-gpus=0", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-         f"--temp-dir={tmp_path_factory.mktemp('ray')}"],
-        check=True, env=env, capture_output=True, text=True, timeout=180,
-    )
     try:
+        subprocess.run(
+            [str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=4",
+             "--num-gpus=0", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
+             f"--temp-dir={temp_dir}"],
+            check=True, env=env, capture_output=True, text=True, timeout=180,
+        )
         ray.init(address=f"127.0.0.1:{port}", log_to_driver=True)
         yield RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}")
     finally:
         ray.shutdown()
-        subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        stop_ray(temp_dir)
+
+
+def stop_ray(temp_dir: Path) -> None:
+    """Stop the Ray that `ray start --temp-dir temp_dir` started, by PID: `ray stop` stops every Ray on the host.
+
+    Its daemons name the folder on their command lines; its workers and agents are their children."""
+    own = [p for p in psutil.process_iter(["cmdline"])
+           if any(arg.endswith(f"={temp_dir}") or f"{temp_dir}/" in arg for arg in p.info["cmdline"] or [])]
+    family = {p.pid: p for p in own}
+    for process in own:
+        with contextlib.suppress(psutil.Error):
+            family.update({child.pid: child for child in process.children(recursive=True)})
+    for process in family.values():
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(list(family.values()), timeout=20)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:
