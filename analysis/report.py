@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import parity, plots, runs, speed, stats
-from contract.config import BACKENDS, ConfigError
+from contract.config import AA_SUFFIX, BACKENDS, ConfigError
 
 OPTION_NAMES = {"compression": "--compression", "grad_accumulation": "--grad-accumulation", "amp": "--amp",
                 "bucket_mb": "--bucket-mb", "gradient_as_bucket_view": "--gradient-as-bucket-view",
@@ -127,8 +127,30 @@ def speed_line(comparison: dict[str, Any], workers: int) -> str:
     where = "both under Ray" if answer["launcher"] == "ray" else "each under its own launcher"
     rounds = (f"per round, native {', '.join(f'{v:.0f}' for v in answer['native'])}; Horovod "
               f"{', '.join(f'{v:.0f}' for v in answer['horovod'])} samples/s")
+    half = f", half-width ±{100 * answer['half_width']:.1f} %" if answer.get("half_width") is not None else ""
     return (f"**Speed: {answer['sentence']}**\n\nNative ÷ Horovod steady-state samples/s, {where}: "
-            f"{ratio_text(answer)}; {rounds}.")
+            f"{ratio_text(answer)}{half}; {rounds}.")
+
+
+def noise_line(comparison: dict[str, Any], workers: int) -> str | None:
+    """The A/A noise floor at `workers` (compare --aa), or None where it was not measured: each arm against its
+    twin, whose interval must contain 1 and whose half-width is the resolution of this machine and design."""
+    floor = comparison.get("noise_floor", {}).get(str(workers))
+    if not floor:
+        return None
+    parts, widths = [], []
+    for arm, estimate in floor.items():
+        text = f"{arm} ÷ {arm}{AA_SUFFIX} {ratio_text(estimate)}"
+        if estimate["ci95"] is not None:
+            widths.append(estimate["half_width"])
+            lo, hi = estimate["ci95"]
+            text += f", ±{100 * estimate['half_width']:.1f} %"
+            if not lo <= 1 <= hi:
+                text += " (the interval excludes 1: this design finds a difference where there is none)"
+        parts.append(text)
+    resolution = f"±{100 * max(widths):.1f} %" if widths else "unknown (one repeat gives no interval)"
+    return (f"**Resolution here: {resolution}** — the A/A control, each arm against itself, interleaved as the A/B "
+            f"arms are: {'; '.join(parts)}.")
 
 
 def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
@@ -258,8 +280,10 @@ def report_markdown(comparison: dict[str, Any]) -> str:
                     "torch.autocast with the same dtype, so the same parity rules hold."]
     for workers in s["workers"]:
         ran = bool(runs.finished(comparison, workers))
-        out += ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), "",
-                table(comparison, workers) if ran else "No run finished at this worker count; see Failed runs."]
+        out += ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), ""]
+        if noise := noise_line(comparison, workers):
+            out += [noise, ""]
+        out += [table(comparison, workers) if ran else "No run finished at this worker count; see Failed runs."]
         if overhead := overhead_table(comparison, workers):
             out += ["", overhead]
         if ran:

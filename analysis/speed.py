@@ -8,7 +8,7 @@ the machine touches both. A round where either run failed drops out of the pairi
 from typing import Any
 
 from analysis import stats
-from contract.config import BACKENDS, OWN_LAUNCHER
+from contract.config import AA_SUFFIX, BACKENDS, OWN_LAUNCHER
 
 METRIC = "steady_samples_per_s"
 METRIC_TEXT = ("steady-state throughput: total samples/s from the median step time of the last epoch, warm-up steps "
@@ -42,11 +42,23 @@ def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str]) -> dic
         return None
     estimate = stats.paired_ratio(native, horovod)
     return {
-        "metric": METRIC, "launcher": launcher, **estimate_dict(estimate),
+        "metric": METRIC, "launcher": launcher, **estimate_dict(estimate), "half_width": stats.half_width(estimate),
         "verdict": stats.speed_verdict(estimate),
         "sentence": stats.speed_sentence(estimate),
         "native": native, "horovod": horovod,
     }
+
+
+def noise_floor(runs: list[dict[str, Any]], workers: int, arms: list[str]) -> dict[str, Any]:
+    """Each arm ÷ its A/A twin (the same command, interleaved beside it) at `workers`: a ratio whose interval must
+    contain 1, and whose half-width is the smallest difference this machine and design can resolve."""
+    out = {}
+    for arm in arms:
+        same, twin = paired(runs, workers, arm, arm + AA_SUFFIX, METRIC)
+        if same:
+            estimate = stats.paired_ratio(same, twin)
+            out[arm] = {**estimate_dict(estimate), "half_width": stats.half_width(estimate)}
+    return out
 
 
 def launcher_overhead(runs: list[dict[str, Any]], workers: int) -> dict[str, Any]:

@@ -130,6 +130,15 @@ def paired_ratio(a: Sequence[float], b: Sequence[float], confidence: float = 0.9
     )
 
 
+def half_width(estimate: RatioEstimate) -> float | None:
+    """The interval's half-width as a fraction of the ratio (0.03: ±3 %), on the log scale where it is symmetric;
+    None without an interval."""
+    if estimate.ci95 is None:
+        return None
+    lo, hi = estimate.ci95
+    return math.sqrt(hi / lo) - 1.0
+
+
 def speed_verdict(estimate: RatioEstimate, a_name: str = "native", b_name: str = "horovod") -> str:
     """A winner only when the whole interval is on one side of 1; otherwise the noise could explain the gap."""
     if estimate.ci95 is None:

@@ -9,6 +9,9 @@ BACKENDS = ("native", "horovod")
 """The two distributed backends this project compares."""
 OWN_LAUNCHER = {"native": "torchrun", "horovod": "horovodrun"}
 """The launcher each backend ships with, the baseline Ray is measured against."""
+AA_SUFFIX = "-aa"
+"""An A/A twin's label: the same arm run again under a name of its own, interleaved beside it, so that the paired
+ratio of an arm with itself measures the noise floor (`compare --aa`)."""
 DATASETS = ("auto", "mnist", "synthetic")
 COMPRESSIONS = ("none", "fp16", "bf16")
 AMP = ("none", "bf16", "fp16")

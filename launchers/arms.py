@@ -22,7 +22,7 @@ from typing import Any
 
 from cluster.ray_cluster import RayRunOptions
 from contract import cli, options, phases
-from contract.config import OWN_LAUNCHER, ConfigError, TrainConfig
+from contract.config import AA_SUFFIX, OWN_LAUNCHER, ConfigError, TrainConfig
 from launchers import on_ray
 
 log = logging.getLogger(__name__)
@@ -38,11 +38,15 @@ this, each attempt's ranks make a fresh store. native_ddp.train refuses --max-re
 class Arm:
     backend: str
     launcher: str
+    twin: bool = False
+    """The A/A twin: the same command as its arm, under a label of its own (compare --aa)."""
 
     @property
     def label(self) -> str:
-        """`native`, `horovod` (on Ray), `native/torchrun`, `horovod/horovodrun`, or a reference's name."""
-        return self.backend if self.launcher in ("ray", "local") else f"{self.backend}/{self.launcher}"
+        """`native`, `horovod` (on Ray), `native/torchrun`, `horovod/horovodrun`, or a reference's name; an A/A
+        twin's ends in -aa."""
+        label = self.backend if self.launcher in ("ray", "local") else f"{self.backend}/{self.launcher}"
+        return label + (AA_SUFFIX if self.twin else "")
 
 
 def parse_launchers(text: str) -> list[str]:
@@ -53,10 +57,12 @@ def parse_launchers(text: str) -> list[str]:
     return names
 
 
-def for_backends(backends: list[str], launchers: list[str]) -> list[Arm]:
-    """Every backend on Ray, and each backend under its own launcher where that launcher was asked for."""
-    return [Arm(backend, launcher) for launcher in launchers for backend in backends
-            if launcher == "ray" or OWN_LAUNCHER[backend] == launcher]
+def for_backends(backends: list[str], launchers: list[str], aa: bool = False) -> list[Arm]:
+    """Every backend on Ray, and each backend under its own launcher where that launcher was asked for; with `aa`,
+    each of those arms' A/A twin after them."""
+    compared = [Arm(backend, launcher) for launcher in launchers for backend in backends
+                if launcher == "ray" or OWN_LAUNCHER[backend] == launcher]
+    return compared + ([Arm(arm.backend, arm.launcher, twin=True) for arm in compared] if aa else [])
 
 
 def check_available(launchers: list[str], backends: list[str]) -> None:

@@ -1,6 +1,7 @@
 """What does Ray cost, and which backend is faster? The launcher arms side by side, repeated and interleaved.
 
     make bench                                   # python -m ray_jobs.bench
+    make bench ARGS=--aa                         # and each arm against itself: the noise floor
     python -m ray_jobs.bench --repeats 5 --epochs 3 --workers 2
 
 Runs native DDP on Ray and under torchrun, Horovod on Ray and under horovodrun, R rounds in a balanced order, and
@@ -70,6 +71,10 @@ def table(comparison: dict[str, Any]) -> str:
         answer = comparison["speed"].get(n)
         lines.append(f"{'native ÷ Horovod (Ray)':<26} {ratio_text(answer):<26} {'—':<26} "
                      f"no goal: {answer['sentence'] if answer else 'a backend did not finish'}")
+        for arm, estimate in comparison.get("noise_floor", {}).get(n, {}).items():
+            # The A/A control: an arm against itself must show no difference; its interval is the resolution.
+            lines.append(f"{f'A/A: {arm} ÷ itself':<26} {ratio_text(estimate):<26} {'—':<26} "
+                         f"noise floor: interval must contain 1")
     return "\n".join(lines)
 
 
@@ -79,6 +84,9 @@ def main() -> int:
     parser.add_argument("--workers", default="2", help="worker counts (default: 2)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of every arm, interleaved (default: 3)")
     parser.add_argument("--output-dir", default="results/bench", help="runs go into <output-dir>/<run-id>/")
+    parser.add_argument("--aa", action="store_true",
+                        help="also run every arm against a twin of itself and print each A/A ratio: the noise floor "
+                             "the other ratios are read against (doubles the runs)")
     cli.add_config_flags(parser, exclude=("workers", "output_dir", "checkpoint_dir"), defaults={"epochs": 3})
     args = parser.parse_args()
     workers = orchestrator.parse_workers(args.workers)
@@ -87,8 +95,9 @@ def main() -> int:
     base = cli.config_from_args(args, workers=1, output_dir=".")
     root = preflight.writable_dir(args.output_dir, "--output-dir")
     run_dir = orchestrator.compare(base, workers, list(BACKENDS), root, parity_steps=50,
-                                 tolerance=orchestrator.DEFAULT_TOLERANCE, target_accuracy=0.95, repeats=args.repeats,
-                                 launcher_names=list(arms.LAUNCHERS), references=False)
+                                   tolerance=orchestrator.DEFAULT_TOLERANCE, target_accuracy=0.95,
+                                   repeats=args.repeats, launcher_names=list(arms.LAUNCHERS), references=False,
+                                   aa=args.aa)
     report.render(run_dir)
     written = runs.load(run_dir)
     log.info("\n%s\n\nruns, report and plots: %s", table(written), run_dir)

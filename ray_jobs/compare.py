@@ -5,6 +5,7 @@
     python -m ray_jobs.compare --compression fp16 --grad-accumulation 2   # the same options on both sides
     python -m ray_jobs.compare --bucket-mb 0.01,25 --repeats 4   # a tuning grid: one comparison per setting
     python -m ray_jobs.compare --simulate-nodes 2 --link-rates 20mbit,unshaped --model-width 1,4   # across a link
+    python -m ray_jobs.compare --aa     # the A/A control: each arm against itself, the resolution of this machine
     python -m ray_jobs.compare --render results/<run-id>     # re-render report.md and plots from comparison.json
 
 Writes results/<run-id>/: each run's results.json, comparison.json, report.md, loss.png, throughput.png,
@@ -53,6 +54,9 @@ def main() -> int:
                         help=f"largest |step-loss difference| that passes (default: {orchestrator.DEFAULT_TOLERANCE:g})")
     parser.add_argument("--target-accuracy", type=float, default=0.95, help="for time to accuracy (default: 0.95)")
     parser.add_argument("--assert-parity", action="store_true", help="exit 1 unless parity is PASS everywhere")
+    parser.add_argument("--aa", action="store_true",
+                        help="the A/A control: every arm also runs against a twin of itself, interleaved alike; the "
+                             "report gives each A/A interval and the resolution it allows (doubles the runs)")
     parser.add_argument("--render", metavar="DIR", help="only re-render DIR's report from its comparison.json")
     parser.add_argument("--simulate-nodes", type=int, default=0, metavar="N",
                         help="run on N simulated Ray nodes on this host, one network namespace each, one worker per "
@@ -95,7 +99,7 @@ def main() -> int:
     if args.link_rates != netsim.UNSHAPED:
         raise ConfigError("--link-rates shapes the links of a simulated cluster; add --simulate-nodes 2")
     kwargs = dict(parity_steps=args.parity_steps, tolerance=args.tolerance, target_accuracy=args.target_accuracy,
-                  repeats=args.repeats, launcher_names=launcher_names, network=args.network)
+                  repeats=args.repeats, launcher_names=launcher_names, network=args.network, aa=args.aa)
     if len(settings) > 1:
         grid_dir = grid.run(base, settings, workers, backends, root, run_id=args.run_id, **kwargs)
         log.info("\n%s\nreport: %s", tuning.render(grid_dir), grid_dir / "report.md")
@@ -107,6 +111,8 @@ def main() -> int:
     log.info("\n%s\nreport: %s", markdown, run_dir / "report.md")
     for n, answer in written["speed"].items():
         log.info("speed at %s worker(s), %d repeat(s): %s", n, answer["repeats"], answer["sentence"])
+    for n in written["noise_floor"]:
+        log.info("%s", report.noise_line(written, int(n)).replace("**", ""))
     return outcome([written], args.assert_parity)
 
 

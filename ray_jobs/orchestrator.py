@@ -79,9 +79,11 @@ def plan(workers: list[int], arms: list[Arm], repeats: int,
 
 def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Path, *, parity_steps: int,
             tolerance: float, target_accuracy: float, repeats: int = 1, launcher_names: list[str] = ("ray",),
-            references: bool = True, run_id: str = "", network: dict[str, Any] | None = None) -> Path:
+            references: bool = True, run_id: str = "", network: dict[str, Any] | None = None,
+            aa: bool = False) -> Path:
     """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
-    folder. `network`: the simulated link the runs cross (ray_jobs/link_sweep.py), recorded with every run."""
+    folder. `network`: the simulated link the runs cross (ray_jobs/link_sweep.py), recorded with every run. `aa`:
+    every distributed arm also runs against its A/A twin, interleaved alike, for the noise floor."""
     launcher_names = list(launcher_names)
     check_options(base, backends)
     arms.check_available(launcher_names, backends)
@@ -97,7 +99,7 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
     if on_ray:
         connect(run_dir / worker_output.LOG)  # one Ray cluster for every run; the file opens with the first Ray run
         require(max(workers), base.use_gpu)
-    runs, not_applicable = plan(workers, arms.for_backends(backends, launcher_names), repeats,
+    runs, not_applicable = plan(workers, arms.for_backends(backends, launcher_names, aa), repeats,
                                 emulate_horovod=base.compression != "none" and "horovod" in backends)
     if not references:
         runs = [run for run in runs if run[1].launcher != "local"]
@@ -133,7 +135,7 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
             records.append({**record, "status": "failed", "error": message})
             log.error("%s: FAILED: %s", what, message)
     compared = [arm.label for arm in arms.for_backends(backends, launcher_names)]
-    verdicts, speeds, overheads = {}, {}, {}
+    verdicts, speeds, overheads, noise = {}, {}, {}, {}
     for n in workers:
         # Parity from each arm's first finished round: every repeat trains the same model.
         losses = {}
@@ -145,11 +147,13 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
             speeds[str(n)] = answer
         if overhead := speed.launcher_overhead(records, n):
             overheads[str(n)] = overhead
+        if aa and (floor := speed.noise_floor(records, n, compared)):
+            noise[str(n)] = floor
     comparison = {
         "schema_version": 2,
         "run_id": run_id,
         "settings": {"config": base.to_dict(), "workers": workers, "backends": backends, "launchers": launcher_names,
-                     "repeats": repeats, "parity_steps": parity_steps, "tolerance": tolerance,
+                     "repeats": repeats, "aa": aa, "parity_steps": parity_steps, "tolerance": tolerance,
                      "target_accuracy": target_accuracy, "speed_metric": speed.METRIC,
                      **({"network": network} if network else {})},
         "environment": results.environment(),
@@ -159,6 +163,7 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
         "parity": verdicts,
         "speed": speeds,
         "launcher_overhead": overheads,
+        "noise_floor": noise,
     }
     results.write_json(run_dir / COMPARISON, comparison)
     return run_dir

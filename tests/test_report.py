@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from analysis import report, speed
+from analysis import report, speed, stats
 from analysis.runs import COMPARISON, PHASE_LABELS
 from contract.config import ConfigError
 
@@ -231,3 +231,46 @@ def test_the_regime_report_names_each_stretch_of_one_verdict_with_its_rates():
     assert lines[1].endswith("the verdict is the same at every rate measured (native faster).")
     assert lines[2].endswith("horovod faster (20mbit) → no detectable difference (100mbit) → native faster "
                              "(unshaped).")
+
+
+def test_the_aa_control_pairs_each_arm_with_its_twin_and_the_report_states_the_resolution(tmp_path):
+    doc = comparison()
+    twin = {"native": [2810.0, 2700.0, 2880.0], "horovod": [2710.0, 2800.0, 2790.0]}
+    doc["runs"] += [run(f"{arm}-aa", 2, round_, value) for arm, values in twin.items()
+                    for round_, value in enumerate(values)]
+    doc["noise_floor"] = {"2": speed.noise_floor(doc["runs"], 2, ["native", "horovod", "native/torchrun"])}
+    floor = doc["noise_floor"]["2"]
+    assert list(floor) == ["native", "horovod"]  # native/torchrun ran without a twin: no A/A for it
+    expected = stats.paired_ratio(STEADY["native", 2], twin["native"])
+    assert floor["native"]["ratio"] == pytest.approx(expected.ratio)
+    assert floor["native"]["half_width"] == pytest.approx(stats.half_width(expected))
+    lo, hi = floor["native"]["ci95"]
+    assert lo <= 1 <= hi and floor["native"]["repeats"] == 3
+    two = section(report.render(write(tmp_path, doc)), 2)
+    widest = max(floor[arm]["half_width"] for arm in floor)
+    assert f"**Resolution here: ±{100 * widest:.1f} %**" in two
+    assert f"native ÷ native-aa {report.ratio_text(floor['native'])}, ±{100 * floor['native']['half_width']:.1f} %" \
+        in two
+    assert "excludes 1" not in two
+    # A twin that is consistently slower: the design would find a difference where there is none, and says so.
+    doc["noise_floor"] = {"2": {"native": {"ratio": 1.1, "ci95": [1.05, 1.15], "repeats": 3, "half_width": 0.046}}}
+    assert "(the interval excludes 1: this design finds a difference where there is none)" in \
+        section(report.render(write(tmp_path, doc)), 2)
+
+
+def test_without_the_aa_control_the_report_claims_no_resolution(tmp_path):
+    assert "Resolution here" not in report.render(write(tmp_path, comparison()))
+
+
+def test_aa_twins_run_under_their_own_labels_interleaved_with_the_arms_they_copy():
+    from launchers.arms import for_backends
+    from ray_jobs.orchestrator import plan
+
+    arms = for_backends(["native", "horovod"], ["ray", "torchrun"], aa=True)
+    assert [arm.label for arm in arms] == ["native", "horovod", "native/torchrun", "native-aa", "horovod-aa",
+                                           "native/torchrun-aa"]
+    runs, _ = plan([1], arms, repeats=2)
+    distributed = [(round_, arm.label) for round_, arm, _ in runs if arm.launcher != "local"]
+    assert distributed == [(0, label) for label in [a.label for a in arms]] + \
+        [(1, label) for label in reversed([a.label for a in arms])]
+    assert [arm.label for arm in for_backends(["native", "horovod"], ["ray"])] == ["native", "horovod"]

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from analysis.stats import (RatioEstimate, balanced_order, mean_interval, paired_ratio, speed_sentence, speed_verdict,
-                            spread, t_quantile)
+from analysis.stats import (RatioEstimate, balanced_order, half_width, mean_interval, paired_ratio, speed_sentence,
+                            speed_verdict, spread, t_quantile)
 
 
 @pytest.mark.parametrize(
@@ -129,3 +129,11 @@ def test_mean_interval_is_the_t_interval_and_none_for_one_value():
     # t(0.975, 2) = 4.3027; sd 2; half-width 4.3027 * 2 / sqrt(3) = 4.968
     assert mean == 12.0 and lo == pytest.approx(12.0 - 4.968, abs=1e-3) and hi == pytest.approx(12.0 + 4.968, abs=1e-3)
     assert mean_interval([5.0]) == (5.0, None)
+
+
+def test_half_width_is_the_interval_half_on_the_log_scale():
+    estimate = paired_ratio([110.0, 100.0, 105.0], [100.0, 100.0, 100.0])
+    lo, hi = estimate.ci95
+    assert half_width(estimate) == pytest.approx(math.sqrt(hi / lo) - 1)
+    assert lo * (1 + half_width(estimate)) == pytest.approx(estimate.ratio)  # symmetric about the ratio in logs
+    assert half_width(paired_ratio([100.0], [90.0])) is None
