@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install test compare bench faults clean
+.PHONY: install test test-fast compare bench faults clean
 
 # Reinstalls only when the declared dependencies or the Horovod build recipe change.
 $(STAMP): pyproject.toml tools/build_horovod.py
@@ -18,6 +18,10 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The unit tier alone: no cluster, no launcher, no fault trial (under a minute here).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not cluster and not faults" $(PYTEST_ARGS)
 
 compare: $(STAMP)
 	$(BIN)/python -m ray_jobs.compare $(ARGS)
