@@ -15,7 +15,7 @@ from contract.config import TrainConfig
 from horovod_ddp.adapter import init, lost_peer, shutdown, train
 from workload import placement
 from workload.distributed import DistContext
-from workload.lifecycle import Framework, run_rank
+from workload.lifecycle import Framework, leave_if_traced, run_rank
 from workload.run import on_main, resolve_dataset, resume_state
 
 log = logging.getLogger(__name__)
@@ -50,4 +50,5 @@ def run_horovodrun(cfg: TrainConfig) -> int:
         return train(ctx, rank_cfg, "horovodrun", watchdog)
 
     run_rank(HOROVOD, "horovodrun", cfg, body)
+    leave_if_traced(cfg)
     return 0

@@ -21,7 +21,7 @@ from contract.results import History
 from native_ddp.adapter import lost_peer, torch_all_reduce, train
 from workload import checkpoint
 from workload.distributed import DistContext
-from workload.lifecycle import Framework, run_rank
+from workload.lifecycle import Framework, leave_if_traced, run_rank
 from workload.run import resolve_dataset, resume_state
 
 
@@ -117,4 +117,5 @@ def run_torchrun(cfg: TrainConfig) -> int:
                                                                 "native", "torchrun"))
 
     run_rank(TORCHRUN, "torchrun", cfg, body)
+    leave_if_traced(cfg)
     return 0
