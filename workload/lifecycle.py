@@ -14,7 +14,7 @@ from typing import Any
 
 from contract import cli, summary, worker_end
 from contract.config import TrainConfig
-from contract.errors import launcher_rank
+from contract.errors import PeerLost, launcher_rank
 from workload import faults
 from workload.distributed import DistContext, leave, peer_lost
 from workload.watchdog import Watchdog
@@ -36,7 +36,8 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
              train: Callable[[DistContext, Watchdog], dict[str, Any] | None]) -> dict[str, Any] | None:
     """Run `train(ctx, watchdog)` on this rank, inside the rank's whole life; rank 0's result, None elsewhere.
 
-    Under torchrun and horovodrun rank 0 prints the summary, and a lost peer raises its one line; in a Ray worker
+    Under torchrun and horovodrun rank 0 prints the summary, and a lost peer ends the rank with its one line and exit
+    code 1 (printed before the group shuts down, which may take a while); in a Ray worker
     the lost peer ends the process with that line (the driver says how to resume), and the output router is told
     that this worker has nothing more to print.
     """
@@ -59,7 +60,8 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
             lost = peer_lost(error, ctx.rank, launcher, cfg.checkpoint_dir)
             if on_ray:
                 leave(lost)
-            raise lost from None
+            # The line first, then the group's shutdown: torchrun and horovodrun end this rank soon after its peer.
+            cli.fail(str(lost), cli.EXIT_CODES[PeerLost], every_rank=True)
         finally:
             framework.shutdown()
             if on_ray:
