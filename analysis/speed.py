@@ -30,7 +30,8 @@ def paired(runs: list[dict[str, Any]], workers: int, a: str, b: str, key: str) -
 
 
 def estimate_dict(estimate: stats.RatioEstimate) -> dict[str, Any]:
-    return {"ratio": estimate.ratio, "ci95": list(estimate.ci95) if estimate.ci95 else None, "repeats": estimate.n}
+    return {"ratio": estimate.ratio, "ci95": list(estimate.ci95) if estimate.ci95 else None, "repeats": estimate.n,
+            "half_width": stats.half_width(estimate)}
 
 
 def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str]) -> dict[str, Any] | None:
@@ -42,7 +43,7 @@ def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str]) -> dic
         return None
     estimate = stats.paired_ratio(native, horovod)
     return {
-        "metric": METRIC, "launcher": launcher, **estimate_dict(estimate), "half_width": stats.half_width(estimate),
+        "metric": METRIC, "launcher": launcher, **estimate_dict(estimate),
         "verdict": stats.speed_verdict(estimate),
         "sentence": stats.speed_sentence(estimate),
         "native": native, "horovod": horovod,
@@ -56,8 +57,7 @@ def noise_floor(runs: list[dict[str, Any]], workers: int, arms: list[str]) -> di
     for arm in arms:
         same, twin = paired(runs, workers, arm, arm + AA_SUFFIX, METRIC)
         if same:
-            estimate = stats.paired_ratio(same, twin)
-            out[arm] = {**estimate_dict(estimate), "half_width": stats.half_width(estimate)}
+            out[arm] = estimate_dict(stats.paired_ratio(same, twin))
     return out
 
 

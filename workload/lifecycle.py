@@ -37,9 +37,9 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
     """Run `train(ctx, watchdog)` on this rank, inside the rank's whole life; rank 0's result, None elsewhere.
 
     Under torchrun and horovodrun rank 0 prints the summary, and a lost peer ends the rank with its one line and exit
-    code 1 (printed before the group shuts down, which may take a while); in a Ray worker
-    the lost peer ends the process with that line (the driver says how to resume), and the output router is told
-    that this worker has nothing more to print.
+    code 1 (printed before the group shuts down, which may take a while); in a Ray worker the lost peer ends the
+    process with that line (the driver says how to resume), and the output router is told that this worker has
+    nothing more to print.
     """
     on_ray = launcher == "ray"
     # From before the group exists: a peer that dies while it forms must not leave this rank waiting for gloo's
