@@ -1,4 +1,5 @@
-"""The comparison's plots: loss.png, throughput.png and overhead.png, from comparison.json alone."""
+"""The comparison's plots: verdicts.png, loss.png, throughput.png and overhead.png, from comparison.json alone; the
+grid and the sweep draw their verdicts.png with `plot_intervals` too."""
 
 import statistics
 from pathlib import Path
@@ -17,6 +18,48 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+VERDICTS = "verdicts.png"
+
+
+def comparison_intervals(comparison: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The rows of a comparison's verdict plot: native ÷ Horovod per worker count, then each A/A control."""
+    out = []
+    for workers in comparison["settings"]["workers"]:
+        if answer := comparison["speed"].get(str(workers)):
+            out.append((f"native ÷ Horovod, {workers} worker(s)", answer))
+        for arm, estimate in comparison.get("noise_floor", {}).get(str(workers), {}).items():
+            out.append((f"A/A: {arm} ÷ itself, {workers} worker(s)", estimate))
+    return out
+
+
+def plot_intervals(rows: list[tuple[str, dict[str, Any]]], path: Path, title: str) -> None:
+    """One row per verdict: the paired ratio and its 95 % interval, with 1.0 (no difference) marked, so that a row
+    whose interval crosses the line (drawn grey) is undecided at a glance."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8.5, 1.6 + 0.45 * max(1, len(rows))))
+    for y, (label, estimate) in enumerate(rows):
+        ratio = estimate["ratio"]
+        if estimate["ci95"] is None:
+            ax.plot([ratio], [y], "o", color="grey")
+            ax.text(ratio, y, "  no interval (one round)", va="center", fontsize="small")
+            continue
+        lo, hi = estimate["ci95"]
+        undecided = lo <= 1.0 <= hi
+        ax.errorbar([ratio], [y], xerr=[[ratio - lo], [hi - ratio]], fmt="o", capsize=4,
+                    color="grey" if undecided else "tab:blue")
+        ax.text(hi, y, f"  {ratio:.3f} (±{100 * ((hi / lo) ** 0.5 - 1):.1f} %)", va="center", fontsize="small")
+    ax.axvline(1.0, color="black", linewidth=1, linestyle="--")
+    ends = [x for _, e in rows for x in (e["ci95"] or [e["ratio"]])] + [1.0]
+    span = max(ends) - min(ends) or 0.1
+    ax.set_xlim(min(ends) - 0.05 * span, max(ends) + 0.45 * span)  # room for the figures written right of each bar
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows])
+    ax.invert_yaxis()
+    ax.set(xlabel="ratio with its 95 % interval (right of the dashed 1: the first named is faster)", title=title)
+    if not rows:
+        nothing(ax, "no verdict: no round finished on both sides")
+    save(fig, path)
 
 
 def plot_losses(comparison: dict[str, Any], path: Path) -> None:
@@ -63,8 +106,7 @@ def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
                        label="one run" if not ax.collections else None)
         ax.bar(xs, medians, width * 0.95, label=arm, color=colours[i % len(colours)], alpha=0.85)
     ax.set_xticks([j + width * (len(arms) - 1) / 2 for j in range(len(counts))], [f"{w} worker(s)" for w in counts])
-    ax.set(ylabel="steady-state samples/s, total (median step)",
-           title="Steady-state samples/s (median step) by arm, each dot one run")
+    ax.set(ylabel="steady-state samples/s, total (median step)", title="Steady samples/s by arm (dots: runs)")
     if arms:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     else:
@@ -104,7 +146,7 @@ def plot_overhead(comparison: dict[str, Any], path: Path) -> None:
 
 def save(fig: Any, path: Path) -> None:
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")  # a legend outside the axes stays in the picture
     pyplot().close(fig)
 
 

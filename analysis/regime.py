@@ -82,7 +82,7 @@ def sent_per_node(run: dict[str, Any], epoch: dict[str, Any]) -> float:
 
 def table(cells: list[dict[str, Any]], workers: int, order: list[str]) -> str:
     head = ("| link rate | width | backend | steady samples/s, mean (95 % CI), runs | comm share | sent on the link, "
-            "per node | nodes used | native ÷ Horovod, paired (95 % CI) |")
+            "per node | nodes used | native ÷ Horovod, paired (95 % CI) | verdict |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for row in sorted(rows(cells, workers), key=lambda r: (r["width"], order.index(r["rate"]),
                                                            BACKENDS.index(r["backend"]))):
@@ -92,7 +92,7 @@ def table(cells: list[dict[str, Any]], workers: int, order: list[str]) -> str:
         answer = row["native_over_horovod"]
         lines.append(f"| {row['rate']} | {row['width']} | {row['backend']} | {interval} | "
                      f"{100 * row['comm_share']:.0f} % | {link} | {', '.join(map(str, row['nodes']))} | "
-                     f"{report.ratio_text(answer) if answer else ''} |")
+                     f"{report.ratio_text(answer) if answer else ''} | {report.decision(answer) if answer else ''} |")
     return "\n".join(lines)
 
 
@@ -158,7 +158,8 @@ def markdown(network: dict[str, Any], cells: list[dict[str, Any]], sizes: Callab
                 "traffic included): " + "; ".join(
                     f"{r['link_rate']} {_bytes(r['node0_link_bytes']['tx_bytes'])} sent, "
                     f"{_bytes(r['node0_link_bytes']['rx_bytes'])} received" for r in network["rates"]) + ".", "",
-            "Plot: `network.png`, steady samples/s against link rate, one line per backend and width. Each rate's "
+            f"Plots: `{plots.VERDICTS}`, native ÷ Horovod per rate and width with its interval; `network.png`, steady "
+            "samples/s against link rate, one line per backend and width. Each rate's "
             "own report is in its folder.", ""]
     return "\n".join(out)
 
@@ -192,7 +193,19 @@ def render(sweep_dir: str | Path, sizes: Callable[[int], dict[str, int]]) -> str
     text = markdown(network, cells, sizes)
     (Path(sweep_dir) / "report.md").write_text(text)
     plot(network, cells, Path(sweep_dir) / "network.png")
+    plots.plot_intervals(intervals(network, cells), Path(sweep_dir) / plots.VERDICTS,
+                         "native ÷ Horovod per link rate and width, with its 95 % interval")
     return text
+
+
+def intervals(network: dict[str, Any], cells: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """One verdict-plot row per width, link rate (slowest first) and worker count with a native ÷ Horovod answer."""
+    order = rate_order(network)
+    out = []
+    for cell in sorted(cells, key=lambda c: (c["width"], order.index(c["rate"]))):
+        for workers, answer in cell["comparison"]["speed"].items():
+            out.append((f"width {cell['width']}, {cell['rate']}, {workers} worker(s)", answer))
+    return out
 
 
 def _rate(bits_per_s: float) -> str:

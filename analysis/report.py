@@ -37,13 +37,15 @@ BN_NOTE = (
 
 
 def render(run_dir: str | Path) -> str:
-    """Write report.md, loss.png, throughput.png and overhead.png into run_dir from its comparison.json; return the
-    Markdown."""
+    """Write report.md, verdicts.png, loss.png, throughput.png and overhead.png into run_dir from its
+    comparison.json; return the Markdown."""
     run_dir = Path(run_dir)
     comparison = runs.load(run_dir)
     try:
         markdown = report_markdown(comparison)
         (run_dir / "report.md").write_text(markdown)
+        plots.plot_intervals(plots.comparison_intervals(comparison), run_dir / plots.VERDICTS,
+                             "Each verdict: the paired ratio and its 95 % interval")
         plots.plot_losses(comparison, run_dir / "loss.png")
         plots.plot_throughput(comparison, run_dir / "throughput.png")
         plots.plot_overhead(comparison, run_dir / "overhead.png")
@@ -127,9 +129,21 @@ def speed_line(comparison: dict[str, Any], workers: int) -> str:
     where = "both under Ray" if answer["launcher"] == "ray" else "each under its own launcher"
     rounds = (f"per round, native {', '.join(f'{v:.0f}' for v in answer['native'])}; Horovod "
               f"{', '.join(f'{v:.0f}' for v in answer['horovod'])} samples/s")
-    half = f", half-width ±{100 * answer['half_width']:.1f} %" if answer.get("half_width") is not None else ""
     return (f"**Speed: {answer['sentence']}**\n\nNative ÷ Horovod steady-state samples/s, {where}: "
-            f"{ratio_text(answer)}{half}; {rounds}.")
+            f"{ratio_text(answer)}; {rounds}.{two_stage_text(answer)}")
+
+
+def two_stage_text(answer: dict[str, Any]) -> str:
+    """How a --target-ci comparison chose its rounds, or nothing for a fixed --repeats."""
+    stage = answer.get("two_stage")
+    if not stage:
+        return ""
+    asked = (f"its spread asked for {stage['needed']} round(s) in all for ±{100 * stage['target']:g} %"
+             if stage["needed"] else "it had too few finished pairs to measure a spread")
+    limited = ", as many as the time budget allowed" if stage["budget_limited"] else ""
+    return (f" Rounds chosen in two stages (Stein's procedure, `--target-ci`): a pilot of {stage['pilot']} round(s); "
+            f"{asked}; rounds added: {stage['extra']}{limited}. The interval takes its spread from the pilot alone, "
+            "which keeps its 95 % coverage although the count was chosen from the data.")
 
 
 def noise_line(comparison: dict[str, Any], workers: int) -> str | None:
@@ -142,9 +156,8 @@ def noise_line(comparison: dict[str, Any], workers: int) -> str | None:
     for arm, estimate in floor.items():
         text = f"{arm} ÷ {arm}{AA_SUFFIX} {ratio_text(estimate)}"
         if estimate["ci95"] is not None:
-            widths.append(estimate["half_width"])
+            widths.append(width(estimate))
             lo, hi = estimate["ci95"]
-            text += f", ±{100 * estimate['half_width']:.1f} %"
             if not lo <= 1 <= hi:
                 text += " (the interval excludes 1: this design finds a difference where there is none)"
         parts.append(text)
@@ -166,11 +179,32 @@ def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
 
 
 def ratio_text(estimate: dict[str, Any]) -> str:
-    """`1.03 (95 % CI 0.97–1.09, 3 repeats)`, or the ratio alone with "no interval" when one repeat ran."""
+    """`1.03 (95 % CI 0.97–1.09, ±6.0 %, 3 repeats)`, or the ratio alone with "no interval" when one repeat ran."""
     if estimate["ci95"] is None:
         return f"{estimate['ratio']:.3f}, no interval ({estimate['repeats']} repeat)"
     lo, hi = estimate["ci95"]
-    return f"{estimate['ratio']:.3f} (95 % CI {lo:.3f}–{hi:.3f}, {estimate['repeats']} repeats)"
+    return (f"{estimate['ratio']:.3f} (95 % CI {lo:.3f}–{hi:.3f}, ±{100 * width(estimate):.1f} %, "
+            f"{estimate['repeats']} repeats)")
+
+
+def width(estimate: dict[str, Any]) -> float:
+    """The half-width of an estimate with an interval (comparisons written before it was stored: from the ends)."""
+    lo, hi = estimate["ci95"]
+    return estimate.get("half_width") or (hi / lo) ** 0.5 - 1.0
+
+
+def decision(answer: dict[str, Any]) -> str:
+    """A cell's verdict with its half-width; where it is undecided, how many more rounds would be expected to
+    decide it, were the gap and spread measured so far to hold."""
+    if answer["ci95"] is None:
+        return "no interval (one round)"
+    verdict = answer["verdict"]
+    if verdict not in (stats.UNDECIDED, "no detectable difference"):  # the second: comparisons written before
+        return f"{verdict} (±{100 * width(answer):.1f} %)"
+    needed = answer.get("rounds_to_decide")
+    outlook = (f"~{needed - answer['repeats']} more round(s) to decide" if needed else
+               f"gap within the noise (> {stats.MAX_ROUNDS} rounds)" if "rounds_to_decide" in answer else "")
+    return f"undecided at ±{100 * width(answer):.1f} %" + (f"; {outlook}" if outlook else "")
 
 
 def overhead_table(comparison: dict[str, Any], workers: int) -> str | None:
@@ -324,21 +358,24 @@ def report_markdown(comparison: dict[str, Any]) -> str:
                                           f"{net['nodes']} nodes" if (net := s.get("network")) else "") + ".", "",
                 placed]
     out += ["", "## BatchNorm buffers and evaluation", "", BN_NOTE, "",
-            "Plots: `loss.png` (loss per step, every arm's first run overlaid), `throughput.png` (median steady "
+            "Plots: `verdicts.png` (each verdict's ratio with its 95 % interval, 1.0 marked), `loss.png` (loss per "
+            "step, every arm's first run overlaid), `throughput.png` (median steady "
             "samples/s by arm and worker count, each run a dot), `overhead.png` (where each distributed arm's time "
             "goes, from launch to return).", ""]
     return "\n".join(out)
 
 
 def placement_table(comparison: dict[str, Any]) -> str | None:
-    """One row per finished run: how many nodes its ranks used, and which ranks (local rank) ran on each."""
+    """One row per finished run: how many nodes its ranks used, and which ranks (local rank, cores) ran on each."""
     lines = []
     for r in comparison["runs"]:
         if r["status"] != "ok" or not r.get("placement"):
             continue
         nodes: dict[str, list[str]] = {}
         for p in r["placement"]:
-            nodes.setdefault(f"{p['node_ip']} ({p['node_id'][:8]})", []).append(f"{p['rank']} (local {p['local_rank']})")
+            on = f", cores {p['cores']}" if p.get("cores") else ""  # results written before cores were recorded
+            nodes.setdefault(f"{p['node_ip']} ({p['node_id'][:8]})", []).append(
+                f"{p['rank']} (local {p['local_rank']}{on})")
         where = "; ".join(f"{node}: rank {', '.join(ranks)}" for node, ranks in nodes.items())
         run = f"{r['arm']}, {r['workers']} worker(s)" + (f", round {r['round'] + 1}" if r["launcher"] != "local" else "")
         lines.append(f"| {run} | {len(nodes)} | {where} |")

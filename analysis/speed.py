@@ -31,33 +31,51 @@ def paired(runs: list[dict[str, Any]], workers: int, a: str, b: str, key: str) -
 
 def estimate_dict(estimate: stats.RatioEstimate) -> dict[str, Any]:
     return {"ratio": estimate.ratio, "ci95": list(estimate.ci95) if estimate.ci95 else None, "repeats": estimate.n,
-            "half_width": stats.half_width(estimate)}
+            "half_width": stats.half_width(estimate), "rounds_to_decide": stats.rounds_to_decide(estimate),
+            "pilot": estimate.pilot}
 
 
-def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str]) -> dict[str, Any] | None:
+def compared_arms(launchers: list[str]) -> tuple[str, str]:
+    """The arms native ÷ Horovod compares: on Ray when Ray ran, else each under its own launcher."""
+    return BACKENDS if "ray" in launchers else tuple(OWN_LAUNCHER_ARMS.values())
+
+
+def estimate(runs: list[dict[str, Any]], workers: int, a: str, b: str, pilot: int | None) -> stats.RatioEstimate:
+    """a ÷ b paired by round: a t interval, or with `pilot` (the rounds before a second stage) Stein's."""
+    x, y = paired(runs, workers, a, b, METRIC)
+    rounds = sorted({r["round"] for r in runs if r["workers"] == workers and r["status"] == "ok" and r["arm"] == a}
+                    & {r["round"] for r in runs if r["workers"] == workers and r["status"] == "ok" and r["arm"] == b})
+    first = sum(1 for r in rounds if r < pilot) if pilot else 0
+    return stats.two_stage_ratio(x, y, first) if first >= 2 else stats.paired_ratio(x, y)
+
+
+def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str],
+          pilot: int | None = None) -> dict[str, Any] | None:
     """native ÷ Horovod at `workers`, on Ray when Ray ran, else under their own launchers; None when no round
-    has both."""
-    a, b, launcher = (*BACKENDS, "ray") if "ray" in launchers else (*OWN_LAUNCHER_ARMS.values(), "own launchers")
+    has both. `pilot`: the rounds that were a two-stage pilot (compare --target-ci)."""
+    a, b = compared_arms(launchers)
+    launcher = "ray" if "ray" in launchers else "own launchers"
     native, horovod = paired(runs, workers, a, b, METRIC)
     if not native:
         return None
-    estimate = stats.paired_ratio(native, horovod)
+    estimate_ = estimate(runs, workers, a, b, pilot)
     return {
-        "metric": METRIC, "launcher": launcher, **estimate_dict(estimate),
-        "verdict": stats.speed_verdict(estimate),
-        "sentence": stats.speed_sentence(estimate),
+        "metric": METRIC, "launcher": launcher, **estimate_dict(estimate_),
+        "verdict": stats.speed_verdict(estimate_),
+        "sentence": stats.speed_sentence(estimate_),
         "native": native, "horovod": horovod,
     }
 
 
-def noise_floor(runs: list[dict[str, Any]], workers: int, arms: list[str]) -> dict[str, Any]:
+def noise_floor(runs: list[dict[str, Any]], workers: int, arms: list[str],
+                pilot: int | None = None) -> dict[str, Any]:
     """Each arm ÷ its A/A twin (the same command, interleaved beside it) at `workers`: a ratio whose interval must
     contain 1, and whose half-width is the smallest difference this machine and design can resolve."""
     out = {}
     for arm in arms:
-        same, twin = paired(runs, workers, arm, arm + AA_SUFFIX, METRIC)
+        same, _ = paired(runs, workers, arm, arm + AA_SUFFIX, METRIC)
         if same:
-            out[arm] = estimate_dict(stats.paired_ratio(same, twin))
+            out[arm] = estimate_dict(estimate(runs, workers, arm, arm + AA_SUFFIX, pilot))
     return out
 
 

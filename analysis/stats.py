@@ -100,6 +100,9 @@ class RatioEstimate:
     """Each pair's ratio, in round order, so a drifting machine shows up in the report."""
     confidence: float = 0.95
     """Confidence level of `ci95`, kept so a sentence never calls a 90 % interval a 95 % one."""
+    pilot: int | None = None
+    """Where the count of pairs was chosen from a pilot (two_stage_ratio): the pilot's pairs, whose spread alone
+    sets the interval; None for a fixed count."""
 
 
 def paired_ratio(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> RatioEstimate:
@@ -130,6 +133,33 @@ def paired_ratio(a: Sequence[float], b: Sequence[float], confidence: float = 0.9
     )
 
 
+def two_stage_ratio(a: Sequence[float], b: Sequence[float], pilot: int, confidence: float = 0.95) -> RatioEstimate:
+    """The ratio of a to b when the number of pairs was chosen from the first `pilot` pairs (Stein's two-stage
+    procedure): the mean over every pair, the spread from the pilot's alone, with the pilot's degrees of freedom.
+
+    Its coverage holds exactly for normal log ratios whatever the pilot showed, because the count depended on the
+    pilot's spread only (Stein 1945). A t interval recomputed after every round, stopping once it is narrow
+    enough, covers less than it claims; this one does not."""
+    if not 2 <= pilot <= len(a):
+        raise ValueError(f"a two-stage interval needs a pilot of 2 to {len(a)} pairs, got {pilot}")
+    whole = paired_ratio(a, b, confidence)
+    logs = [math.log(r) for r in whole.ratios]
+    mean = statistics.fmean(logs)
+    half = t_quantile((1.0 + confidence) / 2.0, pilot - 1) * statistics.stdev(logs[:pilot]) / math.sqrt(len(logs))
+    return RatioEstimate(ratio=math.exp(mean), ci95=(math.exp(mean - half), math.exp(mean + half)), n=len(logs),
+                         ratios=whole.ratios, confidence=confidence, pilot=pilot)
+
+
+def two_stage_rounds(pilot_ratios: Sequence[float], target: float, confidence: float = 0.95) -> int:
+    """The pairs in all that Stein's procedure needs for a half-width of `target` (0.03: ±3 %) after this pilot:
+    at least the pilot itself."""
+    logs = [math.log(r) for r in pilot_ratios]
+    if len(logs) < 2:
+        raise ValueError("a pilot needs at least 2 pairs to measure its spread")
+    spread_ = t_quantile((1.0 + confidence) / 2.0, len(logs) - 1) * statistics.stdev(logs)
+    return max(len(logs), math.ceil((spread_ / math.log1p(target)) ** 2))
+
+
 def half_width(estimate: RatioEstimate) -> float | None:
     """The interval's half-width as a fraction of the ratio (0.03: ±3 %), on the log scale where it is symmetric;
     None without an interval."""
@@ -139,16 +169,39 @@ def half_width(estimate: RatioEstimate) -> float | None:
     return math.sqrt(hi / lo) - 1.0
 
 
+UNDECIDED = "undecided"
+"""The verdict where the interval reaches 1: at this resolution the noise could explain the gap."""
+MAX_ROUNDS = 200
+"""The most rounds `rounds_to_decide` looks ahead: a gap that needs more is within this machine's noise."""
+
+
 def speed_verdict(estimate: RatioEstimate, a_name: str = "native", b_name: str = "horovod") -> str:
-    """A winner only when the whole interval is on one side of 1; otherwise the noise could explain the gap."""
+    """A winner only when the whole interval is on one side of 1; otherwise undecided."""
     if estimate.ci95 is None:
-        return "no detectable difference"
+        return UNDECIDED
     lo, hi = estimate.ci95
     if lo > 1.0:
         return f"{a_name} faster"
     if hi < 1.0:
         return f"{b_name} faster"
-    return "no detectable difference"
+    return UNDECIDED
+
+
+def rounds_to_decide(estimate: RatioEstimate) -> int | None:
+    """The rounds in all that would be expected to decide an undecided estimate, were the gap and the spread
+    measured so far to hold: the fewest whose interval, at this spread, no longer reaches 1. None where no count up
+    to MAX_ROUNDS would (the gap is within the noise), or without a spread to go by (one round)."""
+    if estimate.n < 2:
+        return None
+    logs = [math.log(r) for r in estimate.ratios]
+    gap, sd = abs(statistics.fmean(logs)), statistics.stdev(logs)
+    if gap == 0.0:
+        return None
+    level = (1.0 + estimate.confidence) / 2.0
+    for n in range(estimate.n, MAX_ROUNDS + 1):
+        if t_quantile(level, n - 1) * sd / math.sqrt(n) < gap:
+            return n
+    return None
 
 
 def _signed_percent(value: float) -> str:
@@ -178,18 +231,23 @@ def speed_sentence(
     if verdict == f"{a_name} faster":
         return (
             f"{a_shown} is {100.0 * (r - 1.0):.1f} % faster "
-            f"({label} {100.0 * (lo - 1.0):.1f}–{100.0 * (hi - 1.0):.1f} %)"
+            f"({label} {100.0 * (lo - 1.0):.1f}–{100.0 * (hi - 1.0):.1f} %, ±{100.0 * half_width(estimate):.1f} %)"
         )
     if verdict == f"{b_name} faster":
         # b's gain over a is 1/r - 1; inverting swaps the interval's ends.
         return (
             f"{b_shown} is {100.0 * (1.0 / r - 1.0):.1f} % faster "
-            f"({label} {100.0 * (1.0 / hi - 1.0):.1f}–{100.0 * (1.0 / lo - 1.0):.1f} %)"
+            f"({label} {100.0 * (1.0 / hi - 1.0):.1f}–{100.0 * (1.0 / lo - 1.0):.1f} %, "
+            f"±{100.0 * half_width(estimate):.1f} %)"
         )
     # Signed, and said to be a relative to b, because here neither side is the winner to measure from.
+    needed = rounds_to_decide(estimate)
+    outlook = (f"about {needed - estimate.n} more round(s) would be expected to decide it" if needed else
+               f"a gap this small would take more than {MAX_ROUNDS} rounds to decide")
     return (
-        f"no difference detectable at this noise level ({a_shown} vs {b_shown}: {label} "
-        f"{_signed_percent(100.0 * (lo - 1.0))} – {_signed_percent(100.0 * (hi - 1.0))} %)"
+        f"undecided at this resolution ({a_shown} vs {b_shown}: {label} "
+        f"{_signed_percent(100.0 * (lo - 1.0))} – {_signed_percent(100.0 * (hi - 1.0))} %, "
+        f"±{100.0 * half_width(estimate):.1f} %); {outlook}"
     )
 
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from analysis import report, runs, speed, stats
+from analysis import plots, report, runs, speed, stats
 from contract.config import ConfigError
 
 GRID = "grid.json"
@@ -46,7 +46,7 @@ def rows(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[d
 def table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
     varied = grid["varied"]
     head = (f"| {' | '.join('--' + name.replace('_', '-') for name in varied)} | workers | arm "
-            "| steady samples/s, mean (95 % CI), runs | native ÷ Horovod, paired (95 % CI) | parity |")
+            "| steady samples/s, mean (95 % CI), runs | native ÷ Horovod, paired (95 % CI) | verdict | parity |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     shown = set()
     for row in rows(grid, comparisons):
@@ -55,10 +55,23 @@ def table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
         interval = (f"{row['mean']:.0f} ({row['ci95'][0]:.0f}–{row['ci95'][1]:.0f}), n={row['runs']}"
                     if row["ci95"] else f"{row['mean']:.0f}, n={row['runs']}")
         answer = row["native_over_horovod"]
-        ratio = report.ratio_text(answer) if answer and group not in shown else ""
+        said = answer and group not in shown
+        ratio, verdict = (report.ratio_text(answer), report.decision(answer)) if said else ("", "")
         shown.add(group)
-        lines.append(f"| {values} | {row['workers']} | {row['arm']} | {interval} | {ratio} | {row['parity']} |")
+        lines.append(f"| {values} | {row['workers']} | {row['arm']} | {interval} | {ratio} | {verdict} "
+                     f"| {row['parity']} |")
     return "\n".join(lines)
+
+
+def intervals(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """One verdict-plot row per setting and worker count that has a native ÷ Horovod answer."""
+    out = []
+    for setting in grid["settings"]:
+        for workers in grid["workers"]:
+            if answer := comparisons[setting["folder"]]["speed"].get(str(workers)):
+                named = ", ".join(f"{name.replace('_', '-')} {_value(setting[name])}" for name in grid["varied"])
+                out.append((f"{named}, {workers} worker(s)", answer))
+    return out
 
 
 def _value(value: Any) -> str:
@@ -75,7 +88,8 @@ def markdown(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> st
            "their ratio is paired round by round; between settings the runs are minutes apart, so compare settings "
            "by their intervals, which carry the machine's drift. A bucket size of 0 leaves each framework its own "
            "default (DDP 25 MiB, Horovod 0.28.1 128 MiB).", "",
-           table(grid, comparisons), "", "Reports: " + ", ".join(
+           table(grid, comparisons), "", f"Plot: `{plots.VERDICTS}`, native ÷ Horovod per setting with its interval.",
+           "", "Reports: " + ", ".join(
                f"[{s['folder']}]({s['folder']}/report.md)" for s in grid["settings"]), ""]
     return "\n".join(out)
 
@@ -85,4 +99,6 @@ def render(grid_dir: str | Path) -> str:
     grid, comparisons = load(grid_dir)
     text = markdown(grid, comparisons)
     (Path(grid_dir) / "report.md").write_text(text)
+    plots.plot_intervals(intervals(grid, comparisons), Path(grid_dir) / plots.VERDICTS,
+                         "native ÷ Horovod per setting, with its 95 % interval")
     return text

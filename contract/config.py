@@ -15,6 +15,7 @@ ratio of an arm with itself measures the noise floor (`compare --aa`)."""
 DATASETS = ("auto", "mnist", "synthetic")
 COMPRESSIONS = ("none", "fp16", "bf16")
 AMP = ("none", "bf16", "fp16")
+AFFINITIES = ("core", "none")
 
 
 class ConfigError(ValueError):
@@ -106,6 +107,10 @@ class TrainConfig:
     threads_per_worker: int = 1
     """torch intra-op threads per worker; Ray grants one CPU per worker, so every backend gets the same."""
 
+    cpu_affinity: str = "none"
+    """`core`: rank r pinned to the r-th core this machine lets it use, when the whole world fits on them; `none`:
+    where the launcher and the scheduler put it."""
+
     stall_timeout_s: float = 300.0
     """A rank that makes no progress (no step, no evaluation) for this long ends the run; 0: wait forever."""
 
@@ -135,6 +140,8 @@ class TrainConfig:
             raise ConfigError(f"--dataset must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
         if self.compression not in COMPRESSIONS:
             raise ConfigError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}")
+        if self.cpu_affinity not in AFFINITIES:
+            raise ConfigError(f"--cpu-affinity must be one of {', '.join(AFFINITIES)}, got {self.cpu_affinity!r}")
         if self.amp not in AMP:
             raise ConfigError(f"--amp must be one of {', '.join(AMP)}, got {self.amp!r}")
         if self.amp == "fp16" and not self.use_gpu:
@@ -168,7 +175,9 @@ def _flag(name: str) -> str:
 
 # What a resumed run may change: where things go, how often it logs, its stall bound, and --epochs (upwards).
 # Everything else decides the numbers, so a checkpoint resumes only under the settings that wrote it.
-RESUMABLE_CHANGES = ("epochs", "data_dir", "output_dir", "checkpoint_dir", "stall_timeout_s", "log_every", "trace")
+
+RESUMABLE_CHANGES = ("epochs", "data_dir", "output_dir", "checkpoint_dir", "stall_timeout_s", "log_every", "trace",
+                     "cpu_affinity")
 
 
 def resume_conflicts(saved: dict[str, Any], cfg: TrainConfig) -> list[str]:

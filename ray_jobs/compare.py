@@ -33,6 +33,7 @@ from launchers import arms
 from ray_jobs import grid, link_sweep, orchestrator
 
 log = logging.getLogger(__name__)
+DEFAULT_BUDGET_MIN = 30.0
 
 
 def main() -> int:
@@ -57,6 +58,14 @@ def main() -> int:
     parser.add_argument("--aa", action="store_true",
                         help="the A/A control: every arm also runs against a twin of itself, interleaved alike; the "
                              "report gives each A/A interval and the resolution it allows (doubles the runs)")
+    parser.add_argument("--target-ci", type=float, default=0.0, metavar="PERCENT",
+                        help="after the --repeats rounds (the pilot, at least 3), add the rounds Stein's two-stage "
+                             "procedure says native ÷ Horovod needs for a 95 %% half-width of ±PERCENT, within "
+                             "--budget-min; its interval stays valid, unlike one recomputed after every round "
+                             "(default: 0, a fixed --repeats)")
+    parser.add_argument("--budget-min", type=float, default=DEFAULT_BUDGET_MIN, metavar="MINUTES",
+                        help=f"with --target-ci: the comparison's time from its first run, which the added rounds "
+                             f"stay within (default: {DEFAULT_BUDGET_MIN:g})")
     parser.add_argument("--render", metavar="DIR", help="only re-render DIR's report from its comparison.json")
     parser.add_argument("--simulate-nodes", type=int, default=0, metavar="N",
                         help="run on N simulated Ray nodes on this host, one network namespace each, one worker per "
@@ -83,6 +92,7 @@ def main() -> int:
     launcher_names = arms.parse_launchers(args.launchers)
     if args.repeats <= 0:
         raise ConfigError(f"--repeats must be a positive integer, got {args.repeats}")
+    check_two_stage(args, backends)
     if args.parity_steps <= 0:
         raise ConfigError(f"--parity-steps must be a positive integer, got {args.parity_steps}")
     if not (math.isfinite(args.tolerance) and args.tolerance >= 0):
@@ -99,7 +109,8 @@ def main() -> int:
     if args.link_rates != netsim.UNSHAPED:
         raise ConfigError("--link-rates shapes the links of a simulated cluster; add --simulate-nodes 2")
     kwargs = dict(parity_steps=args.parity_steps, tolerance=args.tolerance, target_accuracy=args.target_accuracy,
-                  repeats=args.repeats, launcher_names=launcher_names, network=args.network, aa=args.aa)
+                  repeats=args.repeats, launcher_names=launcher_names, network=args.network, aa=args.aa,
+                  target_ci=args.target_ci / 100, budget_s=60 * args.budget_min)
     if len(settings) > 1:
         grid_dir = grid.run(base, settings, workers, backends, root, run_id=args.run_id, **kwargs)
         log.info("\n%s\nreport: %s", tuning.render(grid_dir), grid_dir / "report.md")
@@ -114,6 +125,18 @@ def main() -> int:
     for n in written["noise_floor"]:
         log.info("%s", report.noise_line(written, int(n)).replace("**", ""))
     return outcome([written], args.assert_parity)
+
+
+def check_two_stage(args: argparse.Namespace, backends: list[str]) -> None:
+    if not (math.isfinite(args.target_ci) and args.target_ci >= 0):
+        raise ConfigError(f"--target-ci is a half-width in percent, e.g. 5 for ±5 %; got {args.target_ci}")
+    if not (math.isfinite(args.budget_min) and args.budget_min > 0):
+        raise ConfigError(f"--budget-min must be a positive number of minutes, got {args.budget_min}")
+    if args.target_ci and set(backends) != set(BACKENDS):
+        raise ConfigError("--target-ci sizes native ÷ Horovod; pass --backends native,horovod")
+    if args.target_ci and args.repeats < 3:
+        raise ConfigError(f"--target-ci needs a pilot of at least 3 rounds to measure its spread; pass --repeats 3 "
+                          f"or more (got {args.repeats})")
 
 
 def simulate(args: argparse.Namespace, base: TrainConfig, workers: list[int], backends: list[str],

@@ -80,10 +80,12 @@ def plan(workers: list[int], arms: list[Arm], repeats: int,
 def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Path, *, parity_steps: int,
             tolerance: float, target_accuracy: float, repeats: int = 1, launcher_names: list[str] = ("ray",),
             references: bool = True, run_id: str = "", network: dict[str, Any] | None = None,
-            aa: bool = False) -> Path:
+            aa: bool = False, target_ci: float = 0.0, budget_s: float = 0.0) -> Path:
     """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
     folder. `network`: the simulated link the runs cross (ray_jobs/link_sweep.py), recorded with every run. `aa`:
-    every distributed arm also runs against its A/A twin, interleaved alike, for the noise floor."""
+    every distributed arm also runs against its A/A twin, interleaved alike, for the noise floor. `target_ci` (0.05:
+    ±5 %): the `repeats` rounds are a pilot, and Stein's two-stage procedure adds the rounds its spread says
+    native ÷ Horovod needs for that half-width, as many as `budget_s` (from the start of the first run) allows."""
     launcher_names = list(launcher_names)
     check_options(base, backends)
     arms.check_available(launcher_names, backends)
@@ -105,35 +107,29 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
         runs = [run for run in runs if run[1].launcher != "local"]
     run_dir.mkdir(parents=True)
     started = time.monotonic()
-    records = []
-    for i, (round_, arm, n) in enumerate(runs, 1):
-        name = f"{arm.label.replace('/', '-')}-{n}w" + (f"-r{round_}" if arm.launcher != "local" else "")
-        # Each backend takes the options it has; the others are recorded as not applicable in its results.json.
-        cfg = replace(options.for_backend(base, arm.backend), workers=n, output_dir=str(run_dir / name))
-        what = f"[{i}/{len(runs)}] {arm.label}, {n} worker(s)"
-        what += f", round {round_ + 1}" if arm.launcher != "local" else ""
-        log.info("%s: started at +%.0f s", what, time.monotonic() - started)
-        record = {"arm": arm.label, "backend": arm.backend, "launcher": arm.launcher, "workers": n, "round": round_}
-        try:
-            doc = arms.run(arm, cfg)
-            if network:
-                # The driver knows the link the workers crossed; the workers do not.
-                doc["network"] = network
-                results.write(cfg.output_dir, doc)
-            records.append({**record, "status": "ok", "error": None,
-                            "results": str(Path(cfg.output_dir, results.FILENAME).relative_to(run_dir)),
-                            "artifacts": sorted(str(p.relative_to(run_dir)) for pattern in ARTIFACTS
-                                                for p in Path(cfg.output_dir).glob(pattern)),
-                            **{k: doc[k] for k in RUN_KEYS}, **({"network": network} if network else {}),
-                            speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]})
-            log.info("%s: done, %.0f samples/s (steady), test accuracy %.2f%%, %.1f s end to end, +%.0f s", what,
-                     doc["epochs"][-1]["samples_per_s_median"], 100 * doc["final"]["test_accuracy"],
-                     doc["end_to_end_s"], time.monotonic() - started)
-        except Exception as error:  # noqa: BLE001 - a failed run is recorded in the report, and the rest go on
-            error = user_error(error) or error
-            message = " ".join(f"{type(error).__name__}: {error}".split())[:500]
-            records.append({**record, "status": "failed", "error": message})
-            log.error("%s: FAILED: %s", what, message)
+    records: list[dict[str, Any]] = []
+    spent: dict[int, float] = {}  # seconds of distributed runs per worker count, to price a round
+
+    def execute(planned: list[tuple[int, Arm, int]]) -> None:
+        for i, (round_, arm, n) in enumerate(planned, 1):
+            began = time.monotonic()
+            records.append(run_one(arm, round_, n, base, run_dir, network, f"[{i}/{len(planned)}]", started))
+            if arm.launcher != "local":
+                spent[n] = spent.get(n, 0.0) + time.monotonic() - began
+
+    execute(runs)
+    stages = {}
+    if target_ci:
+        # Stein's two-stage procedure: the rounds so far are the pilot; its spread alone fixes how many in all.
+        distributed = arms.for_backends(backends, launcher_names, aa)
+        for n in workers:
+            stage = second_stage(records, n, launcher_names, repeats, target_ci,
+                                 budget_s - (time.monotonic() - started), spent.get(n, 0.0) / repeats)
+            stages[str(n)] = stage
+            log.info("two-stage, %d worker(s): %s", n, stage["why"])
+            if stage["extra"]:
+                order = stats.balanced_order(distributed, repeats + stage["extra"])
+                execute([(r, arm, n) for r, arm in order if r >= repeats])
     compared = [arm.label for arm in arms.for_backends(backends, launcher_names)]
     verdicts, speeds, overheads, noise = {}, {}, {}, {}
     for n in workers:
@@ -143,17 +139,19 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
             if r["workers"] == n and r["status"] == "ok":
                 losses.setdefault(r["arm"], r["step_losses"])
         verdicts[str(n)] = parity.verdict(losses, parity_steps, tolerance, compared)
-        if set(backends) == set(BACKENDS) and (answer := speed.speed(records, n, launcher_names)):
-            speeds[str(n)] = answer
+        pilot = repeats if target_ci else None
+        if set(backends) == set(BACKENDS) and (answer := speed.speed(records, n, launcher_names, pilot)):
+            speeds[str(n)] = {**answer, **({"two_stage": stages[str(n)]} if str(n) in stages else {})}
         if overhead := speed.launcher_overhead(records, n):
             overheads[str(n)] = overhead
-        if aa and (floor := speed.noise_floor(records, n, compared)):
+        if aa and (floor := speed.noise_floor(records, n, compared, pilot)):
             noise[str(n)] = floor
     comparison = {
         "schema_version": 2,
         "run_id": run_id,
         "settings": {"config": base.to_dict(), "workers": workers, "backends": backends, "launchers": launcher_names,
-                     "repeats": repeats, "aa": aa, "parity_steps": parity_steps, "tolerance": tolerance,
+                     "repeats": repeats, "aa": aa, "target_ci": target_ci, "budget_s": budget_s if target_ci else None,
+                     "parity_steps": parity_steps, "tolerance": tolerance,
                      "target_accuracy": target_accuracy, "speed_metric": speed.METRIC,
                      **({"network": network} if network else {})},
         "environment": results.environment(),
@@ -167,6 +165,56 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
     }
     results.write_json(run_dir / COMPARISON, comparison)
     return run_dir
+
+
+def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path, network: dict[str, Any] | None,
+            counter: str, started: float) -> dict[str, Any]:
+    """One run into its own folder; its record for comparison.json, failed or not."""
+    name = f"{arm.label.replace('/', '-')}-{n}w" + (f"-r{round_}" if arm.launcher != "local" else "")
+    # Each backend takes the options it has; the others are recorded as not applicable in its results.json.
+    cfg = replace(options.for_backend(base, arm.backend), workers=n, output_dir=str(run_dir / name))
+    what = f"{counter} {arm.label}, {n} worker(s)" + (f", round {round_ + 1}" if arm.launcher != "local" else "")
+    log.info("%s: started at +%.0f s", what, time.monotonic() - started)
+    record = {"arm": arm.label, "backend": arm.backend, "launcher": arm.launcher, "workers": n, "round": round_}
+    try:
+        doc = arms.run(arm, cfg)
+        if network:
+            # The driver knows the link the workers crossed; the workers do not.
+            doc["network"] = network
+            results.write(cfg.output_dir, doc)
+        log.info("%s: done, %.0f samples/s (steady), test accuracy %.2f%%, %.1f s end to end, +%.0f s", what,
+                 doc["epochs"][-1]["samples_per_s_median"], 100 * doc["final"]["test_accuracy"],
+                 doc["end_to_end_s"], time.monotonic() - started)
+        return {**record, "status": "ok", "error": None,
+                "results": str(Path(cfg.output_dir, results.FILENAME).relative_to(run_dir)),
+                "artifacts": sorted(str(p.relative_to(run_dir)) for pattern in ARTIFACTS
+                                    for p in Path(cfg.output_dir).glob(pattern)),
+                **{k: doc[k] for k in RUN_KEYS}, **({"network": network} if network else {}),
+                speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]}
+    except Exception as error:  # noqa: BLE001 - a failed run is recorded in the report, and the rest go on
+        error = user_error(error) or error
+        message = " ".join(f"{type(error).__name__}: {error}".split())[:500]
+        log.error("%s: FAILED: %s", what, message)
+        return {**record, "status": "failed", "error": message}
+
+
+def second_stage(records: list[dict[str, Any]], n: int, launchers: list[str], pilot: int, target: float,
+                 left_s: float, round_s: float) -> dict[str, Any]:
+    """How many rounds to add at `n` workers after the pilot: what Stein's procedure asks for a half-width of
+    `target`, at most what `left_s` seconds buy at the pilot's `round_s` a round."""
+    a, b = speed.compared_arms(launchers)
+    native, horovod = speed.paired(records, n, a, b, speed.METRIC)
+    stage = {"target": target, "pilot": pilot, "pilot_pairs": len(native), "needed": None, "extra": 0,
+             "budget_limited": False}
+    if len(native) < 2:
+        return {**stage, "why": f"{len(native)} finished pilot pair(s); a spread needs 2, so no rounds are added"}
+    needed = stats.two_stage_rounds([x / y for x, y in zip(native, horovod)], target)
+    affordable = max(0, int(left_s // round_s)) if round_s > 0 else 0
+    extra = min(needed - len(native), affordable)
+    stage.update(needed=needed, extra=extra, budget_limited=extra < needed - len(native))
+    why = (f"the pilot's spread asks for {needed} round(s) in all for ±{100 * target:g} %; "
+           f"adding {extra}" + (f" (the budget allows {affordable})" if stage["budget_limited"] else ""))
+    return {**stage, "why": why}
 
 
 def check_options(base: TrainConfig, backends: list[str]) -> None:

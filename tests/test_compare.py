@@ -31,7 +31,7 @@ ARMS = ["native", "horovod", "native/torchrun", "horovod/horovodrun"]
 
 def test_a_small_comparison_writes_every_artifact(comparison_dir):
     names = {p.name for p in comparison_dir.iterdir()}
-    assert {"comparison.json", "report.md", "loss.png", "throughput.png", "overhead.png"} <= names
+    assert {"comparison.json", "report.md", "verdicts.png", "loss.png", "throughput.png", "overhead.png"} <= names
     comparison = runs.load(comparison_dir)
     assert all(r["status"] == "ok" for r in comparison["runs"]), comparison["runs"]
     ran = [(r["arm"], r["round"]) for r in comparison["runs"]]
@@ -44,6 +44,7 @@ def test_a_small_comparison_writes_every_artifact(comparison_dir):
         ranks = 1 if run["launcher"] == "local" else 2
         assert [(p["rank"], p["local_rank"]) for p in doc["placement"]] == [(r, r) for r in range(ranks)], run["arm"]
         assert len({p["node_id"] for p in doc["placement"]}) == 1 and doc["placement"][0]["node_ip"]
+        assert all(p["cores"] for p in doc["placement"])  # unpinned by default: every core the rank may use
         assert run["placement"] == doc["placement"] and "network" not in doc
         assert all("link" not in e for e in doc["epochs"])  # no interface named: loopback, nothing to count
     assert comparison["not_applicable"] == [
@@ -52,7 +53,7 @@ def test_a_small_comparison_writes_every_artifact(comparison_dir):
     for needle in ("## 2 worker(s)", "| native |", "| horovod |", "native/torchrun", "horovod/horovodrun",
                    "**Speed: ", "median step", "## Where the ranks ran", "AMD" if "AMD" in comparison["environment"]["cpu"] else "CPU"):
         assert needle in markdown, needle
-    for png in ("loss.png", "throughput.png", "overhead.png"):
+    for png in ("verdicts.png", "loss.png", "throughput.png", "overhead.png"):
         assert (comparison_dir / png).read_bytes().startswith(b"\x89PNG")
 
 

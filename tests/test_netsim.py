@@ -235,6 +235,7 @@ def test_the_regime_report_and_network_png_are_written(sweep):
                    "Where the winner changes", "width 1: 20mbit:", "sent on the link"):
         assert needle in report, needle
     assert (sweep_dir / "network.png").stat().st_size > 10_000
+    assert (sweep_dir / "verdicts.png").read_bytes().startswith(b"\x89PNG") and "`verdicts.png`" in report
     rate_report = (sweep_dir / "20mbit" / "model-width-1" / "report.md").read_text()
     assert "## Where the ranks ran" in rate_report and "198.18.0.2" in rate_report
     assert "Traceback" not in result.stderr

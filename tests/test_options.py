@@ -89,8 +89,9 @@ def test_a_traced_tuning_grid_writes_its_table_and_links_every_trace(base_cfg, t
     assert saved["varied"] == ["bucket_mb"] and list(comparisons) == ["bucket-mb-0.01", "bucket-mb-25"]
     markdown = (grid_dir / "report.md").read_text()
     for needle in ("| 0.01 MiB | 2 | native/torchrun |", "| 25 MiB | 2 | horovod/horovodrun |", "n=2",
-                   "[bucket-mb-0.01](bucket-mb-0.01/report.md)"):
+                   "[bucket-mb-0.01](bucket-mb-0.01/report.md)", "`verdicts.png`", "| verdict |"):
         assert needle in markdown, needle
+    assert (grid_dir / "verdicts.png").read_bytes().startswith(b"\x89PNG")
     for folder, comparison in comparisons.items():
         for run in comparison["runs"]:
             names = {path.split("/")[-1] for path in run["artifacts"]}

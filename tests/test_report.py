@@ -143,9 +143,10 @@ def test_a_comparison_with_repeats_renders_medians_verdicts_and_plots(tmp_path):
     assert by_arm["native"][9] == "12.0 s"  # two 6 s epochs until 97 % ≥ 95 %
     assert by_arm["horovod"][-1] == "no" and by_arm["native"][-1] == "yes"
 
-    assert ("| native | torchrun | 0.980 (95 % CI 0.900–1.050, 3 repeats) "
-            "| 1.900 (95 % CI 1.700–2.100, 3 repeats) |") in two
-    assert "| horovod | horovodrun | 1.010, no interval (1 repeat) | 1.400 (95 % CI 1.200–1.600, 2 repeats) |" in two
+    assert ("| native | torchrun | 0.980 (95 % CI 0.900–1.050, ±8.0 %, 3 repeats) "
+            "| 1.900 (95 % CI 1.700–2.100, ±11.1 %, 3 repeats) |") in two
+    assert ("| horovod | horovodrun | 1.010, no interval (1 repeat) "
+            "| 1.400 (95 % CI 1.200–1.600, ±15.5 %, 2 repeats) |") in two
 
     ph = {r[0]: r for r in table_after(two, "| arm | runs |")}
     # native under Ray started at 9.1+3, 8.0+3, 10.0+3: median 12.1, then the fixed gaps.
@@ -156,7 +157,7 @@ def test_a_comparison_with_repeats_renders_medians_verdicts_and_plots(tmp_path):
     assert "- horovod/horovodrun with 2 worker(s), round 2 of 3: RuntimeError: horovodrun exited" in markdown
     assert "**Parity: PASS**" in two and "DataParallel needs 2 GPUs" in markdown
     assert "`overhead.png`" in markdown.split("Plots:")[1]
-    for png in ("loss.png", "throughput.png", "overhead.png"):
+    for png in ("verdicts.png", "loss.png", "throughput.png", "overhead.png"):
         assert (tmp_path / png).read_bytes().startswith(b"\x89PNG")
 
 
@@ -172,7 +173,7 @@ def test_one_repeat_renders_no_interval_and_a_missing_verdict_says_why(tmp_path)
     assert [r[0] for r in table_after(two, "| arm | final train loss")] == [
         "reference", "global-batch", "native", "native/torchrun", "horovod/horovodrun"]
     assert "- horovod with 2 worker(s), round 1 of 1: RuntimeError" in markdown
-    for png in ("loss.png", "throughput.png", "overhead.png"):
+    for png in ("verdicts.png", "loss.png", "throughput.png", "overhead.png"):
         assert (tmp_path / png).read_bytes().startswith(b"\x89PNG")
 
 
@@ -220,7 +221,7 @@ def test_the_regime_report_names_each_stretch_of_one_verdict_with_its_rates():
     from analysis import regime
 
     verdicts = {1: ("horovod faster", "native faster", "native faster"),
-                4: ("horovod faster", "no detectable difference", "native faster"),
+                4: ("horovod faster", "undecided", "native faster"),
                 2: ("native faster", "not measured", "native faster")}
     rates = ["20mbit", "100mbit", "unshaped"]
     cells = [{"width": width, "rate": rate,
@@ -229,7 +230,7 @@ def test_the_regime_report_names_each_stretch_of_one_verdict_with_its_rates():
     lines = regime.winners(cells, 2, rates)  # one per width, narrowest first
     assert lines[0].endswith("changes with the link: horovod faster (20mbit) → native faster (100mbit, unshaped).")
     assert lines[1].endswith("the verdict is the same at every rate measured (native faster).")
-    assert lines[2].endswith("horovod faster (20mbit) → no detectable difference (100mbit) → native faster "
+    assert lines[2].endswith("horovod faster (20mbit) → undecided (100mbit) → native faster "
                              "(unshaped).")
 
 
@@ -249,8 +250,7 @@ def test_the_aa_control_pairs_each_arm_with_its_twin_and_the_report_states_the_r
     two = section(report.render(write(tmp_path, doc)), 2)
     widest = max(floor[arm]["half_width"] for arm in floor)
     assert f"**Resolution here: ±{100 * widest:.1f} %**" in two
-    assert f"native ÷ native-aa {report.ratio_text(floor['native'])}, ±{100 * floor['native']['half_width']:.1f} %" \
-        in two
+    assert f"native ÷ native-aa {report.ratio_text(floor['native'])}" in two
     assert "excludes 1" not in two
     # A twin that is consistently slower: the design would find a difference where there is none, and says so.
     doc["noise_floor"] = {"2": {"native": {"ratio": 1.1, "ci95": [1.05, 1.15], "repeats": 3, "half_width": 0.046}}}
@@ -274,3 +274,29 @@ def test_aa_twins_run_under_their_own_labels_interleaved_with_the_arms_they_copy
     assert distributed == [(0, label) for label in [a.label for a in arms]] + \
         [(1, label) for label in reversed([a.label for a in arms])]
     assert [arm.label for arm in for_backends(["native", "horovod"], ["ray"])] == ["native", "horovod"]
+
+
+def test_each_cell_states_its_verdict_with_its_half_width_and_what_would_decide_it():
+    decided = {"ratio": 1.2, "ci95": [1.1, 1.3], "repeats": 4, "half_width": 0.087, "verdict": "native faster",
+               "rounds_to_decide": 4}
+    assert report.decision(decided) == "native faster (±8.7 %)"
+    undecided = {**decided, "ci95": [0.98, 1.25], "half_width": 0.129, "verdict": "undecided", "rounds_to_decide": 9}
+    assert report.decision(undecided) == "undecided at ±12.9 %; ~5 more round(s) to decide"
+    hopeless = {**undecided, "rounds_to_decide": None}
+    assert report.decision(hopeless) == "undecided at ±12.9 %; gap within the noise (> 200 rounds)"
+    assert report.decision({**decided, "ci95": None}) == "no interval (one round)"
+    # A comparison written before these fields: the half-width from the ends, the old verdict's name understood.
+    old = {"ratio": 1.0, "ci95": [0.9, 1.1], "repeats": 3, "verdict": "no detectable difference"}
+    assert report.decision(old) == "undecided at ±10.6 %"
+
+
+def test_the_verdict_plot_draws_every_row_and_says_when_there_is_none(tmp_path):
+    from analysis import plots
+
+    rows = [("native ÷ Horovod, 2 worker(s)", {"ratio": 1.2, "ci95": [1.1, 1.3]}),
+            ("A/A: native ÷ itself, 2 worker(s)", {"ratio": 1.0, "ci95": [0.95, 1.05]}),
+            ("one round", {"ratio": 0.9, "ci95": None})]
+    plots.plot_intervals(rows, tmp_path / "verdicts.png", "title")
+    plots.plot_intervals([], tmp_path / "empty.png", "title")
+    for name in ("verdicts.png", "empty.png"):
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")

@@ -1,11 +1,13 @@
 """Known input, known interval, known verdict: the statistics behind every speed claim in the report."""
 
 import math
+import statistics
 
 import pytest
 
-from analysis.stats import (RatioEstimate, balanced_order, half_width, mean_interval, paired_ratio, speed_sentence,
-                            speed_verdict, spread, t_quantile)
+from analysis.stats import (MAX_ROUNDS, RatioEstimate, balanced_order, half_width, mean_interval, paired_ratio,
+                            rounds_to_decide, speed_sentence, speed_verdict, spread, t_quantile, two_stage_ratio,
+                            two_stage_rounds)
 
 
 @pytest.mark.parametrize(
@@ -36,7 +38,7 @@ def test_identical_ratios_give_a_zero_width_interval_and_a_native_win():
     assert est.ci95 is not None
     assert est.ci95 == pytest.approx((1.1, 1.1), abs=1e-12)  # sd is 0, so the t factor does not matter
     assert speed_verdict(est) == "native faster"
-    assert speed_sentence(est) == "native is 10.0 % faster (95 % CI 10.0–10.0 %)"
+    assert speed_sentence(est) == "native is 10.0 % faster (95 % CI 10.0–10.0 %, ±0.0 %)"
 
 
 def test_interval_by_hand_for_three_pairs_contains_one():
@@ -48,10 +50,31 @@ def test_interval_by_hand_for_three_pairs_contains_one():
     assert est.ci95 is not None
     assert est.ci95 == pytest.approx((math.exp(0.02 - half), math.exp(0.02 + half)), abs=1e-4)
     assert est.ci95[0] == pytest.approx(0.8457, abs=1e-4) and est.ci95[1] == pytest.approx(1.2307, abs=1e-4)
-    assert speed_verdict(est) == "no detectable difference"
+    assert speed_verdict(est) == "undecided"
     assert speed_sentence(est) == (
-        "no difference detectable at this noise level (native vs Horovod: 95 % CI \u221215.4 – +23.1 %)"
+        "undecided at this resolution (native vs Horovod: 95 % CI \u221215.4 – +23.1 %, ±20.6 %); about 55 more "
+        "round(s) would be expected to decide it"
     )
+
+
+def test_rounds_to_decide_is_the_fewest_whose_interval_would_clear_one():
+    est = paired_ratio([100 * math.exp(x) for x in [0.10, -0.05, 0.01]], [100, 100, 100])
+    gap, sd = 0.02, math.sqrt(0.0057)  # by hand, as above
+    n = rounds_to_decide(est)
+    assert n == 58
+    assert t_quantile(0.975, n - 1) * sd / math.sqrt(n) < gap <= t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1)
+    # A decided estimate is decided at its own count; no gap, or one round, gives no count.
+    assert rounds_to_decide(paired_ratio([110, 111, 109], [100, 100, 100])) == 3
+    assert rounds_to_decide(paired_ratio([100.0, 100.0], [100.0, 100.0])) is None
+    assert rounds_to_decide(paired_ratio([110.0], [100.0])) is None
+
+
+def test_a_gap_within_the_noise_says_so():
+    est = paired_ratio([101, 99, 100.5], [100, 100, 100])
+    assert speed_sentence(est).endswith("about 157 more round(s) would be expected to decide it")
+    est = paired_ratio([110, 90, 101, 99], [100, 100, 100, 100])
+    assert rounds_to_decide(est) is None
+    assert speed_sentence(est).endswith(f"a gap this small would take more than {MAX_ROUNDS} rounds to decide")
 
 
 def test_horovod_win_is_stated_from_horovods_side():
@@ -64,28 +87,28 @@ def test_horovod_win_is_stated_from_horovods_side():
     assert speed_sentence(est).startswith(f"Horovod is {100 * (1 / r - 1):.1f} % faster (95 % CI ")
     # Round numbers: 1/0.8 = 1.25, and the interval's ends swap when inverted (1/0.9, 1/0.75).
     made = RatioEstimate(ratio=0.8, ci95=(0.75, 0.9), n=3, ratios=(0.8, 0.8, 0.8))
-    assert speed_sentence(made) == "Horovod is 25.0 % faster (95 % CI 11.1–33.3 %)"
+    assert speed_sentence(made) == "Horovod is 25.0 % faster (95 % CI 11.1–33.3 %, ±9.5 %)"
 
 
 def test_native_win_sentence_and_display_names():
     est = RatioEstimate(ratio=1.1, ci95=(1.05, 1.2), n=3, ratios=(1.1, 1.1, 1.1))
-    assert speed_sentence(est) == "native is 10.0 % faster (95 % CI 5.0–20.0 %)"
+    assert speed_sentence(est) == "native is 10.0 % faster (95 % CI 5.0–20.0 %, ±6.9 %)"
     assert speed_verdict(est, "ddp", "hvd") == "ddp faster"
     assert speed_sentence(est, "ddp", "hvd", display={"ddp": "PyTorch DDP"}) == (
-        "PyTorch DDP is 10.0 % faster (95 % CI 5.0–20.0 %)"
+        "PyTorch DDP is 10.0 % faster (95 % CI 5.0–20.0 %, ±6.9 %)"
     )
 
 
 def test_interval_touching_one_is_no_verdict():
     est = RatioEstimate(ratio=1.02, ci95=(1.0, 1.04), n=2, ratios=(1.0, 1.04))
-    assert speed_verdict(est) == "no detectable difference"
+    assert speed_verdict(est) == "undecided"
 
 
 def test_single_repeat_gives_no_interval_and_asks_for_more():
     est = paired_ratio([111], [100])
     assert est.ci95 is None and est.n == 1
     assert est.ratio == pytest.approx(1.11, abs=1e-12)
-    assert speed_verdict(est) == "no detectable difference"
+    assert speed_verdict(est) == "undecided"
     sentence = speed_sentence(est)
     assert "--repeats" in sentence and "+11.0 %" in sentence
 
@@ -137,3 +160,66 @@ def test_half_width_is_the_interval_half_on_the_log_scale():
     assert half_width(estimate) == pytest.approx(math.sqrt(hi / lo) - 1)
     assert lo * (1 + half_width(estimate)) == pytest.approx(estimate.ratio)  # symmetric about the ratio in logs
     assert half_width(paired_ratio([100.0], [90.0])) is None
+
+
+def test_the_two_stage_interval_takes_its_spread_from_the_pilot_alone():
+    logs = [0.10, -0.05, 0.01, 0.02, 0.00]
+    est = two_stage_ratio([100 * math.exp(x) for x in logs], [100] * 5, pilot=3)
+    half = 4.303 * math.sqrt(0.0057) / math.sqrt(5)  # the pilot's sd (as above), its t, and all five pairs
+    assert est.ratio == pytest.approx(math.exp(sum(logs) / 5), abs=1e-12)
+    assert est.ci95 == pytest.approx((math.exp(0.016 - half), math.exp(0.016 + half)), abs=1e-4)
+    assert est.n == 5 and est.pilot == 3
+    with pytest.raises(ValueError, match="pilot of 2 to 5"):
+        two_stage_ratio([1.0] * 5, [1.0] * 5, pilot=6)
+
+
+def test_two_stage_rounds_are_what_the_pilot_spread_needs_for_the_target():
+    pilot = [math.exp(x) for x in (0.10, -0.05, 0.01)]
+    needed = two_stage_rounds(pilot, 0.03)
+    assert needed == math.ceil((4.303 * math.sqrt(0.0057) / math.log(1.03)) ** 2)
+    assert two_stage_rounds([1.0, 1.0, 1.0], 0.03) == 3  # no spread: the pilot is enough
+
+
+def test_two_stage_keeps_its_coverage_where_a_t_interval_recomputed_every_round_does_not():
+    """Simulated A/A comparisons (true ratio 1, log-normal noise of 7 %), each stopping for a ±3 % target: Stein's
+    two-stage interval covers 1 about 95 % of the time; stopping as soon as a recomputed t interval is narrow enough
+    covers less. Deterministic: a fixed seed."""
+    import random
+
+    rng, trials, sd, target, pilot, most = random.Random(7), 1500, 0.07, 0.03, 4, 80
+    t = {df: t_quantile(0.975, df) for df in range(1, most)}
+    stein = naive = 0
+    for _ in range(trials):
+        logs = [rng.gauss(0.0, sd) for _ in range(pilot)]
+        s0 = statistics.stdev(logs)
+        n = min(most, max(pilot, math.ceil((t[pilot - 1] * s0 / math.log1p(target)) ** 2)))
+        logs += [rng.gauss(0.0, sd) for _ in range(n - pilot)]
+        stein += abs(statistics.fmean(logs)) <= t[pilot - 1] * s0 / math.sqrt(n)
+        seq = [rng.gauss(0.0, sd) for _ in range(2)]
+        while len(seq) < most and t[len(seq) - 1] * statistics.stdev(seq) / math.sqrt(len(seq)) > math.log1p(target):
+            seq.append(rng.gauss(0.0, sd))
+        naive += abs(statistics.fmean(seq)) <= t[len(seq) - 1] * statistics.stdev(seq) / math.sqrt(len(seq))
+    assert 0.935 <= stein / trials <= 0.975
+    assert naive / trials < 0.9
+
+
+def test_the_second_stage_adds_what_the_pilot_asks_for_within_the_budget():
+    from analysis import speed
+    from ray_jobs.orchestrator import second_stage
+
+    ratios = [1.10, 1.02, 1.15]
+    records = [{"arm": arm, "workers": 2, "round": r, "status": "ok", speed.METRIC: value}
+               for r, ratio in enumerate(ratios) for arm, value in (("native", 100 * ratio), ("horovod", 100.0))]
+    needed = two_stage_rounds(ratios, 0.03)
+    stage = second_stage(records, 2, ["ray"], 3, 0.03, left_s=3600.0, round_s=30.0)
+    assert stage["needed"] == needed and stage["extra"] == needed - 3 and not stage["budget_limited"]
+    tight = second_stage(records, 2, ["ray"], 3, 0.03, left_s=95.0, round_s=30.0)
+    assert tight["extra"] == 3 and tight["budget_limited"] and "the budget allows 3" in tight["why"]
+    assert second_stage(records[:2], 2, ["ray"], 3, 0.03, left_s=95.0, round_s=30.0)["extra"] == 0
+    # Afterwards the verdict's interval is Stein's: the pilot's spread over every round.
+    more = records + [{"arm": arm, "workers": 2, "round": 3, "status": "ok", speed.METRIC: value}
+                      for arm, value in (("native", 108.0), ("horovod", 100.0))]
+    answer = speed.speed(more, 2, ["ray"], pilot=3)
+    expected = two_stage_ratio([110.0, 102.0, 115.0, 108.0], [100.0] * 4, pilot=3)
+    assert answer["pilot"] == 3 and answer["ci95"] == pytest.approx(list(expected.ci95))
+    assert speed.speed(more, 2, ["ray"])["pilot"] is None

@@ -15,7 +15,7 @@ from typing import Any
 from contract import cli, summary, worker_end
 from contract.config import TrainConfig
 from contract.errors import PeerLost, launcher_rank
-from workload import faults
+from workload import cores, faults
 from workload.distributed import DistContext, leave, peer_lost
 from workload.watchdog import Watchdog
 
@@ -48,6 +48,7 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
         if not on_ray:
             faults.point("init", launcher_rank())
         ctx = framework.init(cfg)
+        cores.pin(ctx.rank, ctx.world_size, cfg.cpu_affinity)  # after init: the framework's threads exist by now
         watchdog.kick("starting")
         cli.setup_logging(ctx.rank)
         try:

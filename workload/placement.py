@@ -1,7 +1,8 @@
 """Where each rank ran, and what it sent over its network link: facts every results.json records.
 
-`placement`: one entry per rank, `node_id`, `node_ip`, `rank` and `local_rank`. On Ray the node is Ray's node; under
-torchrun and horovodrun, which start every rank on one host here, it is the host.
+`placement`: one entry per rank, `node_id`, `node_ip`, `rank`, `local_rank` and `cores` (the cores it may run on,
+workload/cores.py). On Ray the node is Ray's node; under torchrun and horovodrun, which start every rank on one host
+here, it is the host.
 """
 
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from workload import cores
 from workload.distributed import DistContext
 
 FIELD_BYTES = 96  # a Ray node id is 56 hex digits, an IPv4 address at most 15 characters
@@ -32,14 +34,15 @@ def node() -> tuple[str, str]:
 def gather(ctx: DistContext) -> list[dict[str, object]]:
     """Every rank's node, gathered onto every rank (one collective), ordered by rank."""
     node_id, node_ip = node()
-    row = torch.zeros(2 * FIELD_BYTES + 1, dtype=torch.int64)
-    for i, text in enumerate((node_id, node_ip)):
+    row = torch.zeros(3 * FIELD_BYTES + 1, dtype=torch.int64)
+    for i, text in enumerate((node_id, node_ip, cores.current())):
         raw = text.encode()[:FIELD_BYTES]
         row[i * FIELD_BYTES : i * FIELD_BYTES + len(raw)] = torch.tensor(list(raw), dtype=torch.int64)
     row[-1] = ctx.local_rank
     table = ctx.gather_rows(row)
     return [{"rank": rank, "local_rank": int(r[-1]), "node_id": _text(r[:FIELD_BYTES]),
-             "node_ip": _text(r[FIELD_BYTES : 2 * FIELD_BYTES])} for rank, r in enumerate(table.tolist())]
+             "node_ip": _text(r[FIELD_BYTES : 2 * FIELD_BYTES]), "cores": _text(r[2 * FIELD_BYTES : 3 * FIELD_BYTES])}
+            for rank, r in enumerate(table.tolist())]
 
 
 def _text(codes: list[int]) -> str:
