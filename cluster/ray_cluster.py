@@ -213,6 +213,20 @@ def worker_failure(error: BaseException, options: RayRunOptions, resume_hint: st
     return PeerLost(f"{who} {what}{tried}; {resume_hint}")
 
 
+def check_local_capacity(workers: int, use_gpu: bool) -> None:
+    """Before any Ray starts or any data is made: a Ray this driver would start itself gets this machine's CPUs,
+    known now, so more workers than that are refused here rather than after the start (require() checks a
+    cluster that is joined)."""
+    if use_gpu or not _starts_a_local_ray():
+        return
+    from ray._private.utils import get_num_cpus  # what ray.init() gives a local Ray (cgroup limits included)
+
+    cpus = get_num_cpus()
+    if workers > cpus:
+        raise ConfigError(f"--workers {workers} needs {workers} CPUs but the local Ray this run would start has "
+                          f"{cpus}; lower --workers, or join a bigger cluster with RAY_ADDRESS")
+
+
 def require(workers: int, use_gpu: bool) -> None:
     """Fail now, rather than wait forever for resources, when the cluster cannot hold `workers` workers."""
     import ray

@@ -16,6 +16,8 @@ DATASETS = ("auto", "mnist", "synthetic")
 COMPRESSIONS = ("none", "fp16", "bf16")
 AMP = ("none", "bf16", "fp16")
 AFFINITIES = ("core", "none")
+FLOAT32_MAX = 3.4028234663852886e38
+MAX_SEED = 2**32 - 1
 
 
 class ConfigError(ValueError):
@@ -132,8 +134,17 @@ class TrainConfig:
         for name in ("warmup_steps", "max_steps_per_epoch", "stall_timeout_s", "bucket_mb", "cycle_time_ms"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
+        for name in ("output_dir", "data_dir"):
+            if not getattr(self, name).strip():
+                raise ConfigError(f"{_flag(name)} is empty; name a folder (an empty path would write into the working "
+                                  "directory)")
         if not self.lr > 0:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
+        if self.lr > FLOAT32_MAX:
+            # The weights are float32: the optimizer could not even multiply a gradient by it.
+            raise ConfigError(f"--lr must be at most {FLOAT32_MAX:.4g} (the weights are float32), got {self.lr:g}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (numpy's range), got {self.seed}")
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
         if self.dataset not in DATASETS:

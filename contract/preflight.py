@@ -12,6 +12,8 @@ NAME_MAX = 255
 
 def writable_dir(path: str | Path, flag: str) -> Path:
     """`path`, absolute, once it is known that it is (or can become) a writable folder. Creates nothing."""
+    if not str(path).strip():
+        raise ConfigError(f"{flag} is empty; name a folder (an empty path would write into the working directory)")
     resolved = Path(path).expanduser().resolve()
     for part in resolved.parts:
         if len(part.encode()) > NAME_MAX:

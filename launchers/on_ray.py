@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from cluster import worker_output
-from cluster.ray_cluster import (RayRunOptions, check_address, connect, require, run_checkpoints, user_error,
-                                 worker_failure)
+from cluster.ray_cluster import (RayRunOptions, check_address, check_local_capacity, connect, require, run_checkpoints,
+                                 user_error, worker_failure)
 from contract import preflight
 from contract.config import ConfigError, TrainConfig
 from contract.options import check as check_options
@@ -43,6 +43,7 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
     # A retry folder left in this output folder by an earlier run is not this run's: nobody asked to resume it.
     resume = None if retry_only else _resume_state(backend, cfg, options)
     check_address()
+    check_local_capacity(cfg.workers, cfg.use_gpu)
     cfg = data.resolve(cfg)
     if resume:
         state, where = resume

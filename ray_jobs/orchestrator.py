@@ -13,7 +13,7 @@ from typing import Any
 from analysis import parity, speed, stats
 from analysis.runs import COMPARISON
 from cluster import worker_output
-from cluster.ray_cluster import check_address, connect, require, user_error
+from cluster.ray_cluster import check_address, check_local_capacity, connect, require, user_error
 from contract import options, preflight, results
 from contract.config import BACKENDS, ConfigError, TrainConfig
 from launchers import arms
@@ -95,6 +95,7 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
     on_ray = bool(backends) and "ray" in launcher_names
     if on_ray:
         check_address()
+        check_local_capacity(max(workers), base.use_gpu)
     base = data.resolve(base)
     run_id = run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_dir = root / run_id

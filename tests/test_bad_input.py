@@ -19,6 +19,7 @@ import horovod_ddp.train
 import native_ddp.train
 import ray_jobs.compare
 import ray_jobs.train
+from cluster import ray_cluster
 from contract import cli
 from contract.config import TrainConfig
 from contract.results import History
@@ -140,6 +141,19 @@ TABLE = [
     case("ray_jobs.train", ["--name", "n" * 300], "--name is 300 bytes long"),
     case("ray_jobs.train", ["--name", "a/b"], "must be a plain folder name"),
     case("ray_jobs.train", ["--output-dir", "{ws}/" + "o" * 300], "a path component is 300 bytes"),
+    case("ray_jobs.train", ["--output-dir", ""], "--output-dir is empty; name a folder"),
+    case("ray_jobs.train", ["--data-dir", " "], "--data-dir is empty; name a folder"),
+    case("horovod_ddp.train", ["--output-dir", ""], "--output-dir is empty; name a folder"),
+    case("ray_jobs.compare", ["--output-dir", ""], "--output-dir is empty; name a folder"),
+    # Numbers the workload cannot take: numpy's seed range, a step size float32 weights cannot be multiplied by.
+    case("ray_jobs.train", ["--seed", "-1"], "--seed must be an integer from 0 to 4294967295"),
+    case("ray_jobs.compare", ["--seed", "4294967296"], "--seed must be an integer from 0 to 4294967295"),
+    case("ray_jobs.train", ["--lr", "1e308"], "--lr must be at most 3.403e+38 (the weights are float32)"),
+    # More workers than the local Ray this run would start can hold: refused before Ray starts or data is made.
+    case("ray_jobs.train", [*SYNTHETIC, "--workers", "64", "--warmup-steps", "0"],
+         "--workers 64 needs 64 CPUs but the local Ray this run would start has", env="no-recorded-cluster"),
+    case("ray_jobs.compare", [*SYNTHETIC, "--workers", "2,64", "--warmup-steps", "0", "--output-dir", "{ws}/results"],
+         "--workers 64 needs 64 CPUs but the local Ray", env="no-recorded-cluster"),
     # Epochs too short to time: refused, never a silent fallback to timing the warm-up.
     case("ray_jobs.train", [*SYNTHETIC, "--batch-size", "5000", "--synthetic-train-size", "2000"],
          "an epoch is 1 step(s)"),
@@ -224,6 +238,8 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
         monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")
     elif env == "no-horovodrun":
         monkeypatch.setattr(arms, "_executable", lambda name: None)
+    elif env == "no-recorded-cluster":  # whatever other tests left in /tmp/ray: this run would start its own Ray
+        monkeypatch.setattr(ray_cluster, "_starts_a_local_ray", lambda: True)
     argv = [arg.replace("{ws}", str(ws)) for arg in argv]
     if entry != "ray_jobs.compare" or "--render" not in argv:
         argv += ["--data-dir", str(ws / "data")] if "--data-dir" not in argv else []
