@@ -5,7 +5,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from analysis import speed
+from analysis import speed, stats
 from analysis.runs import PHASE_LABELS, arm_order, finished, median_phases
 from contract.config import BACKENDS
 
@@ -49,7 +49,8 @@ def plot_intervals(rows: list[tuple[str, dict[str, Any]]], path: Path, title: st
         undecided = lo <= 1.0 <= hi
         ax.errorbar([ratio], [y], xerr=[[ratio - lo], [hi - ratio]], fmt="o", capsize=4,
                     color="grey" if undecided else "tab:blue")
-        ax.text(hi, y, f"  {ratio:.3f} (±{100 * ((hi / lo) ** 0.5 - 1):.1f} %)", va="center", fontsize="small")
+        ax.text(hi, y, f"  {ratio:.3f} (±{100 * stats.stored_half_width(estimate):.1f} %)", va="center",
+                fontsize="small")
     ax.axvline(1.0, color="black", linewidth=1, linestyle="--")
     ends = [x for _, e in rows for x in (e["ci95"] or [e["ratio"]])] + [1.0]
     span = max(ends) - min(ends) or 0.1

@@ -141,7 +141,9 @@ def two_stage_text(answer: dict[str, Any]) -> str:
     asked = (f"its spread asked for {stage['needed']} round(s) in all for ±{100 * stage['target']:g} %"
              if stage["needed"] else "it had too few finished pairs to measure a spread")
     limited = ", as many as the time budget allowed" if stage["budget_limited"] else ""
-    return (f" Rounds chosen in two stages (Stein's procedure, `--target-ci`): a pilot of {stage['pilot']} round(s); "
+    pilot = (f"{stage['pilot']} round(s)" if stage["pilot_pairs"] == stage["pilot"] else
+             f"{stage['pilot']} round(s), {stage['pilot_pairs']} of them finished on both sides")
+    return (f" Rounds chosen in two stages (Stein's procedure, `--target-ci`): a pilot of {pilot}; "
             f"{asked}; rounds added: {stage['extra']}{limited}. The interval takes its spread from the pilot alone, "
             "which keeps its 95 % coverage although the count was chosen from the data.")
 
@@ -156,7 +158,7 @@ def noise_line(comparison: dict[str, Any], workers: int) -> str | None:
     for arm, estimate in floor.items():
         text = f"{arm} ÷ {arm}{AA_SUFFIX} {ratio_text(estimate)}"
         if estimate["ci95"] is not None:
-            widths.append(width(estimate))
+            widths.append(stats.stored_half_width(estimate))
             lo, hi = estimate["ci95"]
             if not lo <= 1 <= hi:
                 text += " (the interval excludes 1: this design finds a difference where there is none)"
@@ -183,14 +185,8 @@ def ratio_text(estimate: dict[str, Any]) -> str:
     if estimate["ci95"] is None:
         return f"{estimate['ratio']:.3f}, no interval ({estimate['repeats']} repeat)"
     lo, hi = estimate["ci95"]
-    return (f"{estimate['ratio']:.3f} (95 % CI {lo:.3f}–{hi:.3f}, ±{100 * width(estimate):.1f} %, "
-            f"{estimate['repeats']} repeats)")
-
-
-def width(estimate: dict[str, Any]) -> float:
-    """The half-width of an estimate with an interval (comparisons written before it was stored: from the ends)."""
-    lo, hi = estimate["ci95"]
-    return estimate.get("half_width") or (hi / lo) ** 0.5 - 1.0
+    half = stats.stored_half_width(estimate)
+    return f"{estimate['ratio']:.3f} (95 % CI {lo:.3f}–{hi:.3f}, ±{100 * half:.1f} %, {estimate['repeats']} repeats)"
 
 
 def decision(answer: dict[str, Any]) -> str:
@@ -200,11 +196,11 @@ def decision(answer: dict[str, Any]) -> str:
         return "no interval (one round)"
     verdict = answer["verdict"]
     if verdict not in (stats.UNDECIDED, "no detectable difference"):  # the second: comparisons written before
-        return f"{verdict} (±{100 * width(answer):.1f} %)"
+        return f"{verdict} (±{100 * stats.stored_half_width(answer):.1f} %)"
     needed = answer.get("rounds_to_decide")
-    outlook = (f"~{needed - answer['repeats']} more round(s) to decide" if needed else
+    outlook = (f"~{needed - answer['repeats']} more round(s) to clear 1 at even odds" if needed else
                f"gap within the noise (> {stats.MAX_ROUNDS} rounds)" if "rounds_to_decide" in answer else "")
-    return f"undecided at ±{100 * width(answer):.1f} %" + (f"; {outlook}" if outlook else "")
+    return f"undecided at ±{100 * stats.stored_half_width(answer):.1f} %" + (f"; {outlook}" if outlook else "")
 
 
 def overhead_table(comparison: dict[str, Any], workers: int) -> str | None:
@@ -278,7 +274,8 @@ def report_markdown(comparison: dict[str, Any]) -> str:
         f"Dataset **{cfg['dataset']}**, {cfg['epochs']} epoch(s), batch {cfg['batch_size']} per worker, SGD lr "
         f"{cfg['lr']} momentum {cfg['momentum']}, seed {cfg['seed']}, {cfg['threads_per_worker']} torch thread(s) "
         f"per worker; the same initial weights and DistributedSampler shards in every run. Launchers: "
-        f"{', '.join(s['launchers'])}; every arm ran {s['repeats']} time(s) per worker count, the references once. "
+        f"{', '.join(s['launchers'])}; every arm ran {runs.rounds(comparison)} time(s) per worker count, the "
+        "references once. "
         f"The whole comparison took {comparison['wall_time_s'] / 60:.1f} min.",
         "",
         f"Environment: Python {env['python']}, torch {env['torch']}, torchvision {env['torchvision']}, "
@@ -349,7 +346,7 @@ def report_markdown(comparison: dict[str, Any]) -> str:
         out += ["", "## Failed runs", ""]
         for r in failed:
             # Rounds are 0-based in the JSON and 1-based in the orchestrator's log; the log's numbering is used here.
-            when = f", round {r['round'] + 1} of {s['repeats']}" if r["launcher"] != "local" else ""
+            when = f", round {r['round'] + 1} of {runs.rounds(comparison)}" if r["launcher"] != "local" else ""
             out.append(f"- {r['arm']} with {r['workers']} worker(s){when}: {r['error']}")
     if placed := placement_table(comparison):
         out += ["", "## Where the ranks ran", "",

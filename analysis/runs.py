@@ -45,6 +45,11 @@ def load(run_dir: str | Path) -> dict[str, Any]:
     return comparison
 
 
+def rounds(comparison: dict[str, Any]) -> int:
+    """The rounds the comparison ran: --repeats, or more where --target-ci added a second stage."""
+    return max([comparison["settings"]["repeats"], *(r["round"] + 1 for r in comparison["runs"])])
+
+
 def finished(comparison: dict[str, Any], workers: int) -> dict[str, list[dict[str, Any]]]:
     """The finished runs at `workers`, by arm in report order, each arm's runs by round (the first run first)."""
     by_arm: dict[str, list[dict[str, Any]]] = {}

@@ -40,9 +40,10 @@ def compared_arms(launchers: list[str]) -> tuple[str, str]:
     return BACKENDS if "ray" in launchers else tuple(OWN_LAUNCHER_ARMS.values())
 
 
-def estimate(runs: list[dict[str, Any]], workers: int, a: str, b: str, pilot: int | None) -> stats.RatioEstimate:
-    """a ÷ b paired by round: a t interval, or with `pilot` (the rounds before a second stage) Stein's."""
-    x, y = paired(runs, workers, a, b, METRIC)
+def estimate(runs: list[dict[str, Any]], workers: int, a: str, b: str, pilot: int | None,
+             key: str = METRIC) -> stats.RatioEstimate:
+    """`key` of a ÷ b paired by round: a t interval, or with `pilot` (the rounds before a second stage) Stein's."""
+    x, y = paired(runs, workers, a, b, key)
     rounds = sorted({r["round"] for r in runs if r["workers"] == workers and r["status"] == "ok" and r["arm"] == a}
                     & {r["round"] for r in runs if r["workers"] == workers and r["status"] == "ok" and r["arm"] == b})
     first = sum(1 for r in rounds if r < pilot) if pilot else 0
@@ -58,11 +59,11 @@ def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str],
     native, horovod = paired(runs, workers, a, b, METRIC)
     if not native:
         return None
-    estimate_ = estimate(runs, workers, a, b, pilot)
+    found = estimate(runs, workers, a, b, pilot)
     return {
-        "metric": METRIC, "launcher": launcher, **estimate_dict(estimate_),
-        "verdict": stats.speed_verdict(estimate_),
-        "sentence": stats.speed_sentence(estimate_),
+        "metric": METRIC, "launcher": launcher, **estimate_dict(found),
+        "verdict": stats.speed_verdict(found),
+        "sentence": stats.speed_sentence(found),
         "native": native, "horovod": horovod,
     }
 
@@ -79,7 +80,7 @@ def noise_floor(runs: list[dict[str, Any]], workers: int, arms: list[str],
     return out
 
 
-def launcher_overhead(runs: list[dict[str, Any]], workers: int) -> dict[str, Any]:
+def launcher_overhead(runs: list[dict[str, Any]], workers: int, pilot: int | None = None) -> dict[str, Any]:
     """Ray ÷ the backend's own launcher, for steady-state throughput and for end-to-end wall time.
 
     A steady ratio below 1 means Ray trains slower; an end-to-end ratio above 1 means Ray takes longer overall.
@@ -88,9 +89,9 @@ def launcher_overhead(runs: list[dict[str, Any]], workers: int) -> dict[str, Any
     for backend, vanilla in OWN_LAUNCHER_ARMS.items():
         section = {"vanilla": vanilla.split("/")[1]}
         for name, key in (("steady", METRIC), ("end_to_end", "end_to_end_s")):
-            ray, own = paired(runs, workers, backend, vanilla, key)
+            ray, _ = paired(runs, workers, backend, vanilla, key)
             if ray:
-                section[name] = estimate_dict(stats.paired_ratio(ray, own))
+                section[name] = estimate_dict(estimate(runs, workers, backend, vanilla, pilot, key))
         if len(section) > 1:
             out[backend] = section
     return out

@@ -156,8 +156,15 @@ def two_stage_rounds(pilot_ratios: Sequence[float], target: float, confidence: f
     logs = [math.log(r) for r in pilot_ratios]
     if len(logs) < 2:
         raise ValueError("a pilot needs at least 2 pairs to measure its spread")
-    spread_ = t_quantile((1.0 + confidence) / 2.0, len(logs) - 1) * statistics.stdev(logs)
-    return max(len(logs), math.ceil((spread_ / math.log1p(target)) ** 2))
+    scaled_sd = t_quantile((1.0 + confidence) / 2.0, len(logs) - 1) * statistics.stdev(logs)
+    return max(len(logs), math.ceil((scaled_sd / math.log1p(target)) ** 2))
+
+
+def stored_half_width(estimate: Mapping[str, object]) -> float:
+    """The half-width of an estimate as comparison.json stores it (one with an interval); from the interval's ends
+    where it was written before the half-width was stored."""
+    lo, hi = estimate["ci95"]
+    return estimate.get("half_width") or math.sqrt(hi / lo) - 1.0
 
 
 def half_width(estimate: RatioEstimate) -> float | None:
@@ -188,18 +195,20 @@ def speed_verdict(estimate: RatioEstimate, a_name: str = "native", b_name: str =
 
 
 def rounds_to_decide(estimate: RatioEstimate) -> int | None:
-    """The rounds in all that would be expected to decide an undecided estimate, were the gap and the spread
-    measured so far to hold: the fewest whose interval, at this spread, no longer reaches 1. None where no count up
-    to MAX_ROUNDS would (the gap is within the noise), or without a spread to go by (one round)."""
-    if estimate.n < 2:
+    """For an undecided estimate, the rounds in all at which its interval would just clear 1, were the gap and the
+    spread measured so far to hold (an even chance of a verdict then, not a promise; and rounds added after a look
+    call for --target-ci's two stages). The spread and degrees of freedom are the pilot's where a pilot set them.
+    None for a decided estimate, without a spread (one round), or where no count up to MAX_ROUNDS would do."""
+    if estimate.n < 2 or speed_verdict(estimate) != UNDECIDED:
         return None
     logs = [math.log(r) for r in estimate.ratios]
-    gap, sd = abs(statistics.fmean(logs)), statistics.stdev(logs)
+    spread_from = logs[:estimate.pilot] if estimate.pilot else logs
+    gap, sd = abs(statistics.fmean(logs)), statistics.stdev(spread_from)
     if gap == 0.0:
         return None
     level = (1.0 + estimate.confidence) / 2.0
-    for n in range(estimate.n, MAX_ROUNDS + 1):
-        if t_quantile(level, n - 1) * sd / math.sqrt(n) < gap:
+    for n in range(estimate.n + 1, MAX_ROUNDS + 1):
+        if t_quantile(level, (estimate.pilot or n) - 1) * sd / math.sqrt(n) < gap:
             return n
     return None
 
@@ -242,7 +251,8 @@ def speed_sentence(
         )
     # Signed, and said to be a relative to b, because here neither side is the winner to measure from.
     needed = rounds_to_decide(estimate)
-    outlook = (f"about {needed - estimate.n} more round(s) would be expected to decide it" if needed else
+    outlook = (f"about {needed - estimate.n} more round(s) would just clear 1 if the gap and spread held (an even "
+               "chance; --target-ci picks the rounds validly)" if needed else
                f"a gap this small would take more than {MAX_ROUNDS} rounds to decide")
     return (
         f"undecided at this resolution ({a_shown} vs {b_shown}: {label} "

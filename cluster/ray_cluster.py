@@ -219,9 +219,12 @@ def check_local_capacity(workers: int, use_gpu: bool) -> None:
     cluster that is joined)."""
     if use_gpu or not _starts_a_local_ray():
         return
-    from ray._private.utils import get_num_cpus  # what ray.init() gives a local Ray (cgroup limits included)
+    try:
+        from ray._private.utils import get_num_cpus  # what ray.init() gives a local Ray (cgroup limits included)
 
-    cpus = get_num_cpus()
+        cpus = get_num_cpus()
+    except Exception:  # noqa: BLE001 - a private function: if it moves, count as ray.init() does without it
+        cpus = os.cpu_count() or 1
     if workers > cpus:
         raise ConfigError(f"--workers {workers} needs {workers} CPUs but the local Ray this run would start has "
                           f"{cpus}; lower --workers, or join a bigger cluster with RAY_ADDRESS")

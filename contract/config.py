@@ -144,7 +144,10 @@ class TrainConfig:
             # The weights are float32: the optimizer could not even multiply a gradient by it.
             raise ConfigError(f"--lr must be at most {FLOAT32_MAX:.4g} (the weights are float32), got {self.lr:g}")
         if not 0 <= self.seed <= MAX_SEED:
-            raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (numpy's range), got {self.seed}")
+            raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (a 32-bit seed), got {self.seed}")
+        if self.cpu_affinity == "core" and self.threads_per_worker > 1:
+            raise ConfigError(f"--cpu-affinity core pins each rank to one core, where --threads-per-worker "
+                              f"{self.threads_per_worker} would share it; use one of them")
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
         if self.dataset not in DATASETS:
@@ -186,7 +189,6 @@ def _flag(name: str) -> str:
 
 # What a resumed run may change: where things go, how often it logs, its stall bound, and --epochs (upwards).
 # Everything else decides the numbers, so a checkpoint resumes only under the settings that wrote it.
-
 RESUMABLE_CHANGES = ("epochs", "data_dir", "output_dir", "checkpoint_dir", "stall_timeout_s", "log_every", "trace",
                      "cpu_affinity")
 

@@ -65,7 +65,8 @@ def main() -> int:
                              "(default: 0, a fixed --repeats)")
     parser.add_argument("--budget-min", type=float, default=DEFAULT_BUDGET_MIN, metavar="MINUTES",
                         help=f"with --target-ci: the comparison's time from its first run, which the added rounds "
-                             f"stay within (default: {DEFAULT_BUDGET_MIN:g})")
+                             f"stay within; a grid or a link sweep gives it to each of its comparisons (default: "
+                             f"{DEFAULT_BUDGET_MIN:g})")
     parser.add_argument("--render", metavar="DIR", help="only re-render DIR's report from its comparison.json")
     parser.add_argument("--simulate-nodes", type=int, default=0, metavar="N",
                         help="run on N simulated Ray nodes on this host, one network namespace each, one worker per "
@@ -128,6 +129,7 @@ def main() -> int:
 
 
 def check_two_stage(args: argparse.Namespace, backends: list[str]) -> None:
+    """--target-ci and --budget-min, before anything starts."""
     if not (math.isfinite(args.target_ci) and args.target_ci >= 0):
         raise ConfigError(f"--target-ci is a half-width in percent, e.g. 5 for ±5 %; got {args.target_ci}")
     if not (math.isfinite(args.budget_min) and args.budget_min > 0):

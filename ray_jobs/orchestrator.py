@@ -143,7 +143,7 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
         pilot = repeats if target_ci else None
         if set(backends) == set(BACKENDS) and (answer := speed.speed(records, n, launcher_names, pilot)):
             speeds[str(n)] = {**answer, **({"two_stage": stages[str(n)]} if str(n) in stages else {})}
-        if overhead := speed.launcher_overhead(records, n):
+        if overhead := speed.launcher_overhead(records, n, pilot):
             overheads[str(n)] = overhead
         if aa and (floor := speed.noise_floor(records, n, compared, pilot)):
             noise[str(n)] = floor

@@ -53,6 +53,8 @@ def test_core_ranges_are_written_compactly(monkeypatch):
     assert cores.current() == "0-2,5,7-8"
 
 
-def test_an_unknown_affinity_is_refused():
+def test_an_unknown_affinity_or_a_shared_pinned_core_is_refused():
     with pytest.raises(ConfigError, match="--cpu-affinity must be one of core, none"):
         TrainConfig(cpu_affinity="numa")
+    with pytest.raises(ConfigError, match="--threads-per-worker 2 would share it"):
+        TrainConfig(cpu_affinity="core", threads_per_worker=2)

@@ -281,7 +281,7 @@ def test_each_cell_states_its_verdict_with_its_half_width_and_what_would_decide_
                "rounds_to_decide": 4}
     assert report.decision(decided) == "native faster (±8.7 %)"
     undecided = {**decided, "ci95": [0.98, 1.25], "half_width": 0.129, "verdict": "undecided", "rounds_to_decide": 9}
-    assert report.decision(undecided) == "undecided at ±12.9 %; ~5 more round(s) to decide"
+    assert report.decision(undecided) == "undecided at ±12.9 %; ~5 more round(s) to clear 1 at even odds"
     hopeless = {**undecided, "rounds_to_decide": None}
     assert report.decision(hopeless) == "undecided at ±12.9 %; gap within the noise (> 200 rounds)"
     assert report.decision({**decided, "ci95": None}) == "no interval (one round)"

@@ -53,7 +53,7 @@ def test_interval_by_hand_for_three_pairs_contains_one():
     assert speed_verdict(est) == "undecided"
     assert speed_sentence(est) == (
         "undecided at this resolution (native vs Horovod: 95 % CI \u221215.4 – +23.1 %, ±20.6 %); about 55 more "
-        "round(s) would be expected to decide it"
+        "round(s) would just clear 1 if the gap and spread held (an even chance; --target-ci picks the rounds validly)"
     )
 
 
@@ -63,15 +63,15 @@ def test_rounds_to_decide_is_the_fewest_whose_interval_would_clear_one():
     n = rounds_to_decide(est)
     assert n == 58
     assert t_quantile(0.975, n - 1) * sd / math.sqrt(n) < gap <= t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1)
-    # A decided estimate is decided at its own count; no gap, or one round, gives no count.
-    assert rounds_to_decide(paired_ratio([110, 111, 109], [100, 100, 100])) == 3
+    # A decided estimate, no gap, or one round gives no count.
+    assert rounds_to_decide(paired_ratio([110, 111, 109], [100, 100, 100])) is None
     assert rounds_to_decide(paired_ratio([100.0, 100.0], [100.0, 100.0])) is None
     assert rounds_to_decide(paired_ratio([110.0], [100.0])) is None
 
 
 def test_a_gap_within_the_noise_says_so():
     est = paired_ratio([101, 99, 100.5], [100, 100, 100])
-    assert speed_sentence(est).endswith("about 157 more round(s) would be expected to decide it")
+    assert "about 157 more round(s) would just clear 1 if the gap and spread held" in speed_sentence(est)
     est = paired_ratio([110, 90, 101, 99], [100, 100, 100, 100])
     assert rounds_to_decide(est) is None
     assert speed_sentence(est).endswith(f"a gap this small would take more than {MAX_ROUNDS} rounds to decide")
@@ -223,3 +223,13 @@ def test_the_second_stage_adds_what_the_pilot_asks_for_within_the_budget():
     expected = two_stage_ratio([110.0, 102.0, 115.0, 108.0], [100.0] * 4, pilot=3)
     assert answer["pilot"] == 3 and answer["ci95"] == pytest.approx(list(expected.ci95))
     assert speed.speed(more, 2, ["ray"])["pilot"] is None
+
+
+def test_after_two_stages_the_rounds_to_decide_go_by_the_pilots_spread():
+    pilot, rest = [0.05, -0.03, 0.02], [0.02] * 7
+    est = two_stage_ratio([100 * math.exp(x) for x in pilot + rest], [100.0] * 10, pilot=3)
+    assert speed_verdict(est) == "undecided"
+    needed = rounds_to_decide(est)
+    sd, gap = statistics.stdev(pilot), statistics.fmean(pilot + rest)
+    assert needed > 10 and t_quantile(0.975, 2) * sd / math.sqrt(needed) < gap
+    assert t_quantile(0.975, 2) * sd / math.sqrt(needed - 1) >= gap
