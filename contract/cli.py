@@ -26,12 +26,23 @@ class Parser(argparse.ArgumentParser):
         fail(f"{message} (see --help)", 2)
 
 
+_said = False  # whether this process has printed its one line
+
+
 def fail(message: str, code: int, every_rank: bool = False) -> None:
     """Exit with `code` after one `error:` line; under torchrun or horovodrun only rank 0 prints it, unless
     `every_rank` (a lost peer: the rank that would have printed may be the one that died)."""
-    if every_rank or launcher_rank() == 0:
-        print(f"error: {message}", file=sys.stderr, flush=True)
+    say(message, every_rank)
     sys.exit(code)
+
+
+def say(message: str, every_rank: bool = False, unless_said: bool = False) -> None:
+    """The one `error:` line; `unless_said`: not if this process has printed one already (a signal arriving
+    while a rank leaves with its own line)."""
+    global _said
+    if not (unless_said and _said) and (every_rank or launcher_rank() == 0):
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        _said = True
 
 
 def add_config_flags(parser: argparse.ArgumentParser, exclude: Iterable[str] = (),

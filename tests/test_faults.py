@@ -103,6 +103,34 @@ def _plain_run(name: str, cfg: TrainConfig, folder: Path, fault: str, env: dict 
                           cwd=Path(__file__).resolve().parents[1])
 
 
+@pytest.mark.parametrize("name", ["torchrun", "horovodrun"])
+def test_a_rank_its_launcher_ends_before_it_notices_the_lost_peer_says_so_in_one_line(name, trial_cfg, tmp_path):
+    """The launcher's SIGTERM can reach a rank before the rank sees its peer gone (once under horovodrun): rank 0
+    waits outside any collective here, rank 1 is killed, and the launcher ends rank 0."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    arm = ARMS[name]
+    cfg = replace(trial_cfg, output_dir=str(tmp_path / "out"))
+    fault = f"rank=0,epoch=2,step=5,how=hang,pids={pids}"
+    proc = subprocess.Popen(arms.command(arm, cfg), env={**arms.environment(arm), faults.ENV: fault},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 240
+        while not (pids / "rank0.hanging").exists():  # rank 0 waits in epoch 2, outside any collective
+            assert proc.poll() is None and time.monotonic() < deadline, "rank 0 never reached its hang"
+            time.sleep(0.2)
+        os.kill(int((pids / "rank1.pid").read_text()), 9)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    ours = [re.sub(r"^\[\d+\]<std\w+>:", "", line) for line in output.splitlines()]
+    ours = [line for line in ours if line.startswith("error: ")]
+    assert proc.returncode != 0 and len(ours) == 1, output[-3000:]
+    assert ours[0].startswith("error: rank 0 lost a peer") and f"{name} ended this rank with SIGTERM" in ours[0], ours
+    assert "--checkpoint-dir" in ours[0], ours
+
+
 @pytest.mark.parametrize("name", ["torchrun", "horovodrun", "ray-native"])
 def test_not_asked_to_recover_it_fails_in_one_line(name, trial_cfg, tmp_path, request):
     if name.startswith("ray"):

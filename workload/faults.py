@@ -65,6 +65,8 @@ def point(at: str, rank: int, epoch: int = 0, step: int = 0) -> None:
         except FileExistsError:
             return
     if fault.how == "hang":
+        if fault.pids:  # with pids=DIR: say so, for a trial that acts once this rank hangs
+            Path(fault.pids, f"rank{rank}.hanging").touch()
         while True:
             time.sleep(60)
     os.kill(os.getpid(), signal.SIGKILL)

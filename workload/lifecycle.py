@@ -7,6 +7,7 @@ collective raises when a peer has gone).
 
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
     nothing more to print.
     """
     on_ray = launcher == "ray"
+    if not on_ray:
+        say_when_ended(launcher, cfg)
     # From before the group exists: a peer that dies while it forms must not leave this rank waiting for gloo's
     # 30-minute default.
     with Watchdog(cfg.stall_timeout_s) as watchdog:
@@ -68,6 +71,20 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
             if on_ray:
                 worker_end.end()
     return doc
+
+
+def say_when_ended(launcher: str, cfg: TrainConfig) -> None:
+    """torchrun and horovodrun end the other ranks with SIGTERM once one has exited, sometimes before they notice the
+    lost peer themselves (seen once under horovodrun): such a rank says so in the lost-peer line and leaves at once,
+    without a shutdown that would wait on the dead peer."""
+    def ended(signum: int, frame: object) -> None:
+        stopped = RuntimeError(f"{launcher} ended this rank with {signal.Signals(signum).name}")
+        cli.say(str(peer_lost(stopped, launcher_rank(), launcher, cfg.checkpoint_dir)), every_rank=True,
+                unless_said=True)
+        logging.shutdown()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, ended)
 
 
 def leave_if_traced(cfg: TrainConfig) -> None:
