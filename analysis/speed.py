@@ -21,12 +21,19 @@ DISTRIBUTED_ARMS = (*BACKENDS, *OWN_LAUNCHER_ARMS.values())
 
 def paired(runs: list[dict[str, Any]], workers: int, a: str, b: str, key: str) -> tuple[list[float], list[float]]:
     """`key` of arm `a` and arm `b`, round by round, over the rounds where both finished."""
+    _, x, y = paired_rounds(runs, workers, a, b, key)
+    return x, y
+
+
+def paired_rounds(runs: list[dict[str, Any]], workers: int, a: str, b: str,
+                  key: str) -> tuple[list[int], list[float], list[float]]:
+    """As `paired`, with the rounds the pairs came from."""
     by_round: dict[str, dict[int, float]] = {a: {}, b: {}}
     for run in runs:
         if run["workers"] == workers and run["status"] == "ok" and run["arm"] in by_round:
             by_round[run["arm"]][run["round"]] = run[key]
     rounds = sorted(set(by_round[a]) & set(by_round[b]))
-    return [by_round[a][r] for r in rounds], [by_round[b][r] for r in rounds]
+    return rounds, [by_round[a][r] for r in rounds], [by_round[b][r] for r in rounds]
 
 
 def estimate_dict(estimate: stats.RatioEstimate) -> dict[str, Any]:
@@ -41,11 +48,12 @@ def compared_arms(launchers: list[str]) -> tuple[str, str]:
 
 
 def estimate(runs: list[dict[str, Any]], workers: int, a: str, b: str, pilot: int | None,
-             key: str = METRIC) -> stats.RatioEstimate:
-    """`key` of a ÷ b paired by round: a t interval, or with `pilot` (the rounds before a second stage) Stein's."""
-    x, y = paired(runs, workers, a, b, key)
-    rounds = sorted({r["round"] for r in runs if r["workers"] == workers and r["status"] == "ok" and r["arm"] == a}
-                    & {r["round"] for r in runs if r["workers"] == workers and r["status"] == "ok" and r["arm"] == b})
+             key: str = METRIC) -> stats.RatioEstimate | None:
+    """`key` of a ÷ b paired by round: a t interval, or with `pilot` (the rounds before a second stage) Stein's;
+    None when no round has both."""
+    rounds, x, y = paired_rounds(runs, workers, a, b, key)
+    if not rounds:
+        return None
     first = sum(1 for r in rounds if r < pilot) if pilot else 0
     return stats.two_stage_ratio(x, y, first) if first >= 2 else stats.paired_ratio(x, y)
 
@@ -56,10 +64,10 @@ def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str],
     has both. `pilot`: the rounds that were a two-stage pilot (compare --target-ci)."""
     a, b = compared_arms(launchers)
     launcher = "ray" if "ray" in launchers else "own launchers"
-    native, horovod = paired(runs, workers, a, b, METRIC)
-    if not native:
-        return None
     found = estimate(runs, workers, a, b, pilot)
+    if found is None:
+        return None
+    native, horovod = paired(runs, workers, a, b, METRIC)
     return {
         "metric": METRIC, "launcher": launcher, **estimate_dict(found),
         "verdict": stats.speed_verdict(found),
@@ -74,9 +82,8 @@ def noise_floor(runs: list[dict[str, Any]], workers: int, arms: list[str],
     contain 1, and whose half-width is the smallest difference this machine and design can resolve."""
     out = {}
     for arm in arms:
-        same, _ = paired(runs, workers, arm, arm + AA_SUFFIX, METRIC)
-        if same:
-            out[arm] = estimate_dict(estimate(runs, workers, arm, arm + AA_SUFFIX, pilot))
+        if found := estimate(runs, workers, arm, arm + AA_SUFFIX, pilot):
+            out[arm] = estimate_dict(found)
     return out
 
 
@@ -89,9 +96,8 @@ def launcher_overhead(runs: list[dict[str, Any]], workers: int, pilot: int | Non
     for backend, vanilla in OWN_LAUNCHER_ARMS.items():
         section = {"vanilla": vanilla.split("/")[1]}
         for name, key in (("steady", METRIC), ("end_to_end", "end_to_end_s")):
-            ray, _ = paired(runs, workers, backend, vanilla, key)
-            if ray:
-                section[name] = estimate_dict(estimate(runs, workers, backend, vanilla, pilot, key))
+            if found := estimate(runs, workers, backend, vanilla, pilot, key):
+                section[name] = estimate_dict(found)
         if len(section) > 1:
             out[backend] = section
     return out

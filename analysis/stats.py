@@ -5,6 +5,7 @@ on which array library happens to be installed. Throughputs are compared as rati
 slow minute on the machine scales both arms of one round alike, and the log makes that scaling cancel.
 """
 
+import functools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -60,6 +61,7 @@ def _t_upper_tail(t: float, df: int) -> float:
     return 0.5 * _regularized_incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
 
 
+@functools.cache  # rounds_to_decide asks for up to MAX_ROUNDS of them per estimate, and each is a bisection
 def t_quantile(p: float, df: int) -> float:
     """Student-t quantile, computed rather than looked up, so any confidence level and any repeat count work."""
     if not 0.0 < p < 1.0:
@@ -163,16 +165,16 @@ def two_stage_rounds(pilot_ratios: Sequence[float], target: float, confidence: f
 def stored_half_width(estimate: Mapping[str, object]) -> float:
     """The half-width of an estimate as comparison.json stores it (one with an interval); from the interval's ends
     where it was written before the half-width was stored."""
-    lo, hi = estimate["ci95"]
-    return estimate.get("half_width") or math.sqrt(hi / lo) - 1.0
+    return estimate.get("half_width") or _half_width(*estimate["ci95"])
 
 
 def half_width(estimate: RatioEstimate) -> float | None:
     """The interval's half-width as a fraction of the ratio (0.03: ±3 %), on the log scale where it is symmetric;
     None without an interval."""
-    if estimate.ci95 is None:
-        return None
-    lo, hi = estimate.ci95
+    return None if estimate.ci95 is None else _half_width(*estimate.ci95)
+
+
+def _half_width(lo: float, hi: float) -> float:
     return math.sqrt(hi / lo) - 1.0
 
 

@@ -135,9 +135,7 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
         for name in ("output_dir", "data_dir"):
-            if not getattr(self, name).strip():
-                raise ConfigError(f"{_flag(name)} is empty; name a folder (an empty path would write into the working "
-                                  "directory)")
+            require_path(getattr(self, name), _flag(name))
         if not self.lr > 0:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
         if self.lr > FLOAT32_MAX:
@@ -181,6 +179,12 @@ class TrainConfig:
             if values[name]:
                 values[name] = str(Path(values[name]).expanduser().resolve())
         return TrainConfig(**values)
+
+
+def require_path(path: str, flag: str) -> None:
+    """A folder flag must name one: an empty or blank path would write into the working directory."""
+    if not str(path).strip():
+        raise ConfigError(f"{flag} is empty; name a folder (an empty path would write into the working directory)")
 
 
 def _flag(name: str) -> str:

@@ -4,7 +4,7 @@ import math
 import os
 from pathlib import Path
 
-from contract.config import ConfigError, TrainConfig
+from contract.config import ConfigError, TrainConfig, require_path
 
 # Most filesystems cap one path component at 255 bytes; a longer run name would fail only when first written.
 NAME_MAX = 255
@@ -12,8 +12,7 @@ NAME_MAX = 255
 
 def writable_dir(path: str | Path, flag: str) -> Path:
     """`path`, absolute, once it is known that it is (or can become) a writable folder. Creates nothing."""
-    if not str(path).strip():
-        raise ConfigError(f"{flag} is empty; name a folder (an empty path would write into the working directory)")
+    require_path(str(path), flag)
     resolved = Path(path).expanduser().resolve()
     for part in resolved.parts:
         if len(part.encode()) > NAME_MAX:

@@ -133,6 +133,7 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
                 execute([(r, arm, n) for r, arm in order if r >= repeats])
     compared = [arm.label for arm in arms.for_backends(backends, launcher_names)]
     verdicts, speeds, overheads, noise = {}, {}, {}, {}
+    pilot = repeats if target_ci else None
     for n in workers:
         # Parity from each arm's first finished round: every repeat trains the same model.
         losses = {}
@@ -140,7 +141,6 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
             if r["workers"] == n and r["status"] == "ok":
                 losses.setdefault(r["arm"], r["step_losses"])
         verdicts[str(n)] = parity.verdict(losses, parity_steps, tolerance, compared)
-        pilot = repeats if target_ci else None
         if set(backends) == set(BACKENDS) and (answer := speed.speed(records, n, launcher_names, pilot)):
             speeds[str(n)] = {**answer, **({"two_stage": stages[str(n)]} if str(n) in stages else {})}
         if overhead := speed.launcher_overhead(records, n, pilot):

@@ -1,5 +1,6 @@
 """The one place that knows rank, world size and device. Backends build a DistContext once and pass it in."""
 
+import logging
 import os
 import re
 import sys
@@ -52,7 +53,16 @@ def leave(error: PeerLost) -> NoReturn:
     launcher's retry loop, restarts the group, and the driver prints the one line for the run.
     """
     print(f"error: {error}", file=sys.stderr, flush=True)
-    os._exit(1)
+    exit_now(1)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process at once, its logs and output flushed, skipping the interpreter's teardown and every
+    `finally` (a group shutdown that would wait on a dead peer, a profiler that aborts at exit)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 RESUME_HINTS = {

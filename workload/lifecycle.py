@@ -5,10 +5,7 @@ Each backend supplies a `Framework`: only what its framework forces (how the gro
 collective raises when a peer has gone).
 """
 
-import logging
-import os
 import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +14,7 @@ from contract import cli, summary, worker_end
 from contract.config import TrainConfig
 from contract.errors import PeerLost, launcher_rank
 from workload import cores, faults
-from workload.distributed import DistContext, leave, peer_lost
+from workload.distributed import DistContext, exit_now, leave, peer_lost
 from workload.watchdog import Watchdog
 
 
@@ -81,8 +78,7 @@ def say_when_ended(launcher: str, cfg: TrainConfig) -> None:
         stopped = RuntimeError(f"{launcher} ended this rank with {signal.Signals(signum).name}")
         cli.say(str(peer_lost(stopped, launcher_rank(), launcher, cfg.checkpoint_dir)), every_rank=True,
                 unless_said=True)
-        logging.shutdown()
-        os._exit(128 + signum)
+        exit_now(128 + signum)
 
     signal.signal(signal.SIGTERM, ended)
 
@@ -92,8 +88,4 @@ def leave_if_traced(cfg: TrainConfig) -> None:
     teardown: the profiler's C++ state aborted one such rank at exit here ("terminate called without an active
     exception", once in 32 traced ranks), failing a run that had finished."""
     if cfg.trace:
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-
+        exit_now(0)
