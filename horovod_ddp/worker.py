@@ -8,14 +8,14 @@ Horovod is built for GPUs); `ray_worker` is one of `python -m ray_jobs.train --b
 import logging
 import os
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from contract import preflight
 from contract.config import TrainConfig
 from horovod_ddp.adapter import init, lost_peer, shutdown, train
 from workload import placement
 from workload.distributed import DistContext
-from workload.lifecycle import Framework, leave_if_traced, run_rank
+from workload.lifecycle import Framework, leave_without_teardown, run_rank
 from workload.run import on_main, resolve_dataset, resume_state
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ def ray_worker(config: dict[str, Any], restarts: int = 0) -> dict[str, Any] | No
     return run_rank(HOROVOD, "ray", cfg, lambda ctx, watchdog: train(ctx, cfg, "ray", watchdog, restarts))
 
 
-def run_horovodrun(cfg: TrainConfig) -> int:
+def run_horovodrun(cfg: TrainConfig) -> NoReturn:
     """One horovodrun rank (or a single worker when started without it), `cfg` already checked by
     horovod_ddp.train."""
 
@@ -50,5 +50,4 @@ def run_horovodrun(cfg: TrainConfig) -> int:
         return train(ctx, rank_cfg, "horovodrun", watchdog)
 
     run_rank(HOROVOD, "horovodrun", cfg, body)
-    leave_if_traced(cfg)
-    return 0
+    leave_without_teardown()

@@ -10,7 +10,7 @@ torchrun's environment.
 import os
 import tempfile
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -21,7 +21,7 @@ from contract.results import History
 from native_ddp.adapter import lost_peer, torch_all_reduce, train
 from workload import checkpoint
 from workload.distributed import DistContext
-from workload.lifecycle import Framework, leave_if_traced, run_rank
+from workload.lifecycle import Framework, leave_without_teardown, run_rank
 from workload.run import resolve_dataset, resume_state
 
 
@@ -101,7 +101,7 @@ def _ray_report(ctx: DistContext, cfg: TrainConfig, ray_checkpoints: bool):
     return report
 
 
-def run_torchrun(cfg: TrainConfig) -> int:
+def run_torchrun(cfg: TrainConfig) -> NoReturn:
     """One torchrun rank, `cfg` already checked by native_ddp.train: rank and world size come from torchrun's
     environment, through torch.distributed."""
 
@@ -117,5 +117,4 @@ def run_torchrun(cfg: TrainConfig) -> int:
                                                                 "native", "torchrun"))
 
     run_rank(TORCHRUN, "torchrun", cfg, body)
-    leave_if_traced(cfg)
-    return 0
+    leave_without_teardown()

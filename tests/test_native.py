@@ -1,14 +1,13 @@
-"""Native DDP: on a real local Ray cluster (TorchTrainer), through `ray job submit`, and under torchrun."""
+"""Native DDP: on a real local Ray cluster (TorchTrainer) and under torchrun (`ray job submit`: the README block, in
+tests/test_newcomer.py)."""
 
-import subprocess
-import time
 from dataclasses import replace
 
 import pytest
 
 from cluster.ray_cluster import RayRunOptions
 from launchers.on_ray import run
-from tests.conftest import (BIN, REPO, assert_one_line_error, data_flags, dump, free_port, read_results, run_command,
+from tests.conftest import (BIN, assert_one_line_error, data_flags, dump, free_port, read_results, run_command,
                             run_module)
 
 pytestmark = pytest.mark.cluster
@@ -49,22 +48,6 @@ def test_two_workers_on_ray_then_resume(ray_cluster, cfg, tmp_path):
     assert second["epochs"][1]["train_loss"] < first["epochs"][0]["train_loss"]
 
 
-def test_ray_job_submit_of_the_user_command(ray_cluster, cfg, tmp_path):
-    out = tmp_path / "job-out"
-    submission = f"native-{free_port()}"
-    command = [str(BIN / "ray"), "job", "submit", "--address", ray_cluster.dashboard, "--submission-id", submission,
-               "--working-dir", ".", "--", "python", "-m", "ray_jobs.train", "--backend", "native", "--workers", "2",
-               *data_flags(cfg), "--output-dir", str(out)]
-    submitted = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
-    from ray.job_submission import JobStatus, JobSubmissionClient
-
-    assert JobSubmissionClient(ray_cluster.dashboard).get_job_status(submission) == JobStatus.SUCCEEDED
-    doc = read_results(out)
-    assert_trained(doc, 2, "ray")
-    assert "dataset: synthetic digits" in submitted.stdout and "final test accuracy" in submitted.stdout
-
-
 def test_torchrun_two_processes(cfg, tmp_path):
     out = tmp_path / "torchrun-out"
     result = run_command([str(BIN / "torchrun"), "--nproc-per-node", "2", "-m", "native_ddp.train",
@@ -103,9 +86,7 @@ def test_more_workers_than_the_cluster_holds_fails_before_starting(ray_cluster, 
     assert not (tmp_path / "out").exists()
 
 
-def test_unreachable_ray_address_fails_within_30_s(cfg, tmp_path):
-    start = time.monotonic()
+def test_unreachable_ray_address_fails_without_ray_s_minutes_of_retries(cfg, tmp_path):
     result = run_module("ray_jobs.train", *data_flags(cfg), "--output-dir", str(tmp_path / "out"),
                         env={"RAY_ADDRESS": f"127.0.0.1:{free_port()}"}, timeout=60)
-    assert time.monotonic() - start < 30
     assert_one_line_error(result, "cannot reach the Ray cluster", "ray start --head")
