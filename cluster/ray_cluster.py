@@ -1,16 +1,19 @@
 """Joining a Ray cluster, and refusing work it cannot place, before anything starts."""
 
 import atexit
+import contextlib
 import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cluster import worker_output
 from contract.config import ConfigError, TrainConfig
+from contract.errors import RunFailed
 from workload import faults
 
 log = logging.getLogger(__name__)
@@ -67,7 +70,7 @@ def connect(log_file: Path) -> None:
     if ray.is_initialized():
         worker_output.take_over()
         return
-    check_address()
+    address = check_address()
     # Ray starts workers from its raylet, not from this driver: the test-only fault variable must be passed on.
     fault = {faults.ENV: os.environ[faults.ENV]} if os.environ.get(faults.ENV) else {}
     runtime_env = {"env_vars": fault} if fault else None
@@ -75,7 +78,7 @@ def connect(log_file: Path) -> None:
         if _starts_a_local_ray():
             _start_local(ray, runtime_env)
         else:
-            ray.init(log_to_driver=True, runtime_env=runtime_env)
+            ray.init(address, log_to_driver=True, runtime_env=runtime_env)
     except ConnectionError as error:
         message = " ".join(str(error).split())
         # Seen with Ray 2.60: `ray start` turns token authentication on when ~/.ray/auth_token exists, and a
@@ -110,25 +113,89 @@ def _start_local(ray: object, runtime_env: dict | None) -> None:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
     atexit.register(stop)  # before ray.init registers its own shutdown, so this runs after it
-    ray.init(log_to_driver=True, runtime_env=runtime_env, _temp_dir=temp_dir)
+    try:
+        ray.init(log_to_driver=True, runtime_env=runtime_env, _temp_dir=temp_dir)
+    except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this one
+        if "timed out during startup" not in str(error):
+            raise
+        stop()
+        raise RunFailed("the local Ray did not start: its raylet did not register within Ray's 30 s (seen on a "
+                        "loaded machine); run again when the machine is less busy, or start a cluster with `ray "
+                        "start --head` and join it") from None
 
 
-def check_address() -> None:
-    """Refuse, in seconds and before anything starts, a RAY_ADDRESS where no Ray cluster answers.
+def check_address() -> str | None:
+    """Decide in seconds, before anything starts, which Ray cluster this driver joins, and refuse one it cannot;
+    the address to give ray.init where Ray's own choice would be wrong (None: leave it to Ray).
 
-    ray.init() retries an unreachable address, or one where something else listens, for minutes.
+    ray.init() retries a cluster that does not answer for minutes, whether RAY_ADDRESS names it or a `ray start`
+    recorded it in /tmp/ray/ray_current_cluster and then died; and RAY_ADDRESS=auto, with nothing recorded, joins
+    any Ray it finds on the machine, another process's private one included.
     """
-    address = os.environ.get("RAY_ADDRESS", "")
-    if address and address not in ("auto", "local"):
-        _check_reachable(address)
+    address = os.environ.get("RAY_ADDRESS", "").strip()
+    if address == "local":
+        return None
+    if address and address != "auto":
+        _check_reachable(address, f"the Ray cluster at RAY_ADDRESS={address}",
+                         "start it with `ray start --head`, or unset RAY_ADDRESS to run on a local Ray")
+        return None
+    record = recorded_cluster_file()
+    recorded = _read_text(record)
+    if recorded:
+        _check_reachable(recorded, f"the Ray cluster recorded in {record} ({recorded})",
+                         f"start it again with `ray start --head`, or delete {record} so that this run starts a Ray "
+                         "of its own")
+        return None
+    if address == "auto":
+        rays = local_rays()
+        started = sorted(gcs for gcs, by_ray_start in rays.items() if by_ray_start)
+        if len(started) == 1:
+            return started[0]  # a `ray start --temp-dir` cluster, recorded in its own folder
+        if started:
+            raise ConfigError(f"RAY_ADDRESS=auto finds {len(started)} clusters started with `ray start` "
+                              f"({', '.join(started)}); set RAY_ADDRESS to the one to join")
+        private = f"; the Ray here ({', '.join(sorted(rays))}) is another process's own" if rays else ""
+        raise ConfigError(f"RAY_ADDRESS=auto found no cluster started with `ray start` ({record} records none)"
+                          f"{private}; start one with `ray start --head`, or unset RAY_ADDRESS so that this run "
+                          "starts a Ray of its own")
+    return None
 
 
-def _check_reachable(address: str) -> None:
+def recorded_cluster_file() -> Path:
+    """Where `ray start` records the cluster that ray.init() joins by default (Ray reads RAY_TMPDIR, then TMPDIR)."""
+    return Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray" / "ray_current_cluster"
+
+
+def local_rays() -> dict[str, bool]:
+    """The GCS address of every Ray running on this machine, and whether `ray start` started it (it recorded the
+    address in its --temp-dir) rather than a program for itself (ray.init records nothing). Read from the raylets'
+    command lines, as Ray's own `auto` finds them."""
+    import psutil
+
+    rays: dict[str, bool] = {}
+    for process in psutil.process_iter(["name", "cmdline"]):
+        if process.info["name"] != "raylet":
+            continue
+        args = dict(arg.split("=", 1) for part in process.info["cmdline"] or [] for arg in part.split(" ")
+                    if arg.startswith(("--gcs-address=", "--temp-dir=")))
+        if gcs := args.get("--gcs-address"):
+            temp_dir = Path(args.get("--temp-dir") or "/tmp/ray")
+            rays[gcs] = rays.get(gcs, False) or _read_text(temp_dir / "ray_current_cluster") == gcs
+    return rays
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _check_reachable(address: str, what: str, fix: str) -> None:
     scheme, _, rest = address.rpartition("://")
     host, _, port = rest.split("/", 1)[0].rpartition(":")
     if not host or not port.isdigit():
-        raise ConfigError(f"RAY_ADDRESS={address!r} is not host:port; unset it to start a local Ray")
-    fix = "start it with `ray start --head`, or unset RAY_ADDRESS to run on a local Ray"
+        raise ConfigError(f"{what}: {address!r} is not host:port; {fix}")
     try:
         with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S) as sock:
             if scheme in ("", "ray"):
@@ -138,10 +205,48 @@ def _check_reachable(address: str) -> None:
                 sock.sendall(HTTP2_PREFACE)
                 frame = _read(sock, 9)
                 if len(frame) < 9 or frame[3] != HTTP2_SETTINGS:
-                    raise ConfigError(f"RAY_ADDRESS={address} answers, but not as a Ray cluster (no gRPC there); "
-                                      f"point it at the head node's GCS port, or {fix}")
+                    raise ConfigError(f"{what} answers, but not as a Ray cluster (no gRPC there); point it at the "
+                                      f"head node's GCS port, or {fix}")
     except OSError as error:
-        raise ConfigError(f"cannot reach the Ray cluster at RAY_ADDRESS={address} ({error}); {fix}") from None
+        raise ConfigError(f"cannot reach {what} ({error}); {fix}") from None
+    if scheme in ("", "ray"):
+        _check_token(f"{host}:{port}", what)
+
+
+def _check_token(address: str, what: str) -> None:
+    """Refuse at once a cluster that wants a token this driver will not send: ray.init would log about 20
+    InvalidAuthToken lines over a minute, then blame the address. Ray's own GCS client answers in under a second."""
+    from ray._raylet import AuthenticationTokenLoader, GcsClient
+    from ray.exceptions import AuthenticationError
+
+    token_mode = os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "token"
+    if token_mode and not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
+        # Ray's C++ client would end this process with a "bug in Ray" stack trace.
+        raise ConfigError("RAY_AUTH_MODE=token but this machine has no Ray token: copy the cluster's token to "
+                          "~/.ray/auth_token (or name its file in RAY_AUTH_TOKEN_PATH)")
+    try:
+        with _quiet_stderr():  # Ray's C++ client logs its own line about the refusal
+            GcsClient(address=address)
+    except AuthenticationError:
+        if not token_mode:
+            raise ConfigError(f"{what} uses token authentication; export RAY_AUTH_MODE=token (Ray reads the token "
+                              "from ~/.ray/auth_token)") from None
+        raise ConfigError(f"{what} refused this driver's token; put the cluster's token in ~/.ray/auth_token (or "
+                          "name its file in RAY_AUTH_TOKEN_PATH)") from None
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """File descriptor 2 to /dev/null for the block: what a C++ library writes there, not Python's sys.stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _read(sock: socket.socket, size: int) -> bytes:

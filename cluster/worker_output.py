@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from contract import space
 from contract.worker_end import END
 
 log = logging.getLogger(__name__)
@@ -43,23 +44,41 @@ class _Router:
         # Held in memory until a run starts: a command refused after joining Ray (too few CPUs) creates nothing.
         self.file: TextIO | None = None
         self.pending: list[str] = []
+        self.full = False
         self.lock = threading.Lock()
         self.ends = 0
         self.ended = threading.Condition(self.lock)
 
     def write(self, text: str) -> None:
         with self.lock:
+            if self.full:
+                return
             if self.file is None:
                 self.pending.append(text)
-            else:
+                return
+            try:
                 self.file.write(text)
+            except OSError as error:
+                self._stop_if_full(error)
+
+    def _stop_if_full(self, error: OSError) -> None:
+        """A full disk: Ray's lines are dropped, rather than logging's "--- Logging error ---" traceback for each; the
+        run's own writes (results, checkpoints) end it in one line when they find the disk full too."""
+        if not space.is_full(error):
+            raise error
+        self.full = True
+        with contextlib.suppress(OSError):  # closed even when its last flush fails, so exit does not retry it
+            self.file.close()
 
     def open(self) -> None:
         with self.lock:
-            if self.file is None:
+            if self.file is None and not self.full:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.file = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - for the process
-                self.file.write("".join(self.pending))
+                try:
+                    self.file.write("".join(self.pending))
+                except OSError as error:
+                    self._stop_if_full(error)
                 self.pending = []
                 log.info("Ray's own lines: %s", self.path)
 

@@ -9,14 +9,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import MISSING, fields
 
 from contract.config import AFFINITIES, AMP, COMPRESSIONS, DATASETS, ConfigError, TrainConfig
-from contract.errors import DataError, Diverged, PeerLost, launcher_rank
+from contract.errors import DataError, Diverged, PeerLost, RunFailed, launcher_rank
 
 CHOICES = {"dataset": DATASETS, "compression": COMPRESSIONS, "amp": AMP, "cpu_affinity": AFFINITIES}
 """Fields that take one of a few names: --help shows them as {a,b,c}; TrainConfig refuses others in one line."""
 
 # Settings the user can fix: one line, exit code 2. A diverged run, or one whose peer died, is a failed run: one
 # line, exit code 1.
-EXIT_CODES = {ConfigError: 2, DataError: 2, Diverged: 1, PeerLost: 1}
+EXIT_CODES = {ConfigError: 2, DataError: 2, Diverged: 1, PeerLost: 1, RunFailed: 1}
 
 
 class Parser(argparse.ArgumentParser):

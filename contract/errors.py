@@ -19,6 +19,10 @@ class PeerLost(RuntimeError):
     """A collective failed because another rank died or left: this rank ends too, in one line saying how to resume."""
 
 
+class RunFailed(RuntimeError):
+    """The run could not go on for a reason outside its settings (a local Ray that did not start): one line, exit 1."""
+
+
 def launcher_rank() -> int:
     """This process's rank as torchrun (RANK) or horovodrun (HOROVOD_RANK) set it, before any process group.
 

@@ -4,6 +4,7 @@ import math
 import os
 from pathlib import Path
 
+from contract import space
 from contract.config import ConfigError, TrainConfig, require_path
 
 # Most filesystems cap one path component at 255 bytes; a longer run name would fail only when first written.
@@ -18,16 +19,28 @@ def writable_dir(path: str | Path, flag: str) -> Path:
         if len(part.encode()) > NAME_MAX:
             raise ConfigError(f"{flag} {str(path)[:60]}…: a path component is {len(part.encode())} bytes, "
                               f"filesystems allow {NAME_MAX}; choose a shorter path")
-    for existing in (resolved, *resolved.parents):
-        if existing.exists():
-            if not existing.is_dir():
-                if existing == resolved:
-                    raise ConfigError(f"{flag} {resolved} is a file, not a folder; choose another path")
-                raise ConfigError(f"{flag} {resolved} cannot be a folder: {existing} is a file; choose another path")
-            if not os.access(existing, os.W_OK | os.X_OK):
-                raise ConfigError(f"{flag} {resolved} is not writable ({existing} is read-only); choose another path")
-            return resolved
-    raise AssertionError("the filesystem root always exists")
+    existing = _nearest_existing(resolved)
+    if not existing.is_dir():
+        if existing == resolved:
+            raise ConfigError(f"{flag} {resolved} is a file, not a folder; choose another path")
+        raise ConfigError(f"{flag} {resolved} cannot be a folder: {existing} is a file; choose another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {resolved} is not writable ({existing} is read-only); choose another path")
+    return resolved
+
+
+def _nearest_existing(path: Path) -> Path:
+    return next(p for p in (path, *path.parents) if p.exists())  # the filesystem root always exists
+
+
+def free_space(path: str | Path, flag: str, needed: int, what: str) -> None:
+    """Refuse a folder whose filesystem has less than `needed` bytes free, rather than fill the disk midway (a
+    write that still finds it full is one line too: contract/space.py)."""
+    resolved = Path(path).expanduser().resolve()
+    stat = os.statvfs(_nearest_existing(resolved))
+    if (free := stat.f_bavail * stat.f_frsize) < needed:
+        raise ConfigError(f"{flag} {resolved} has {space.size(free)} free; this run needs about {space.size(needed)} "
+                          f"there ({what}); free some space or choose another folder")
 
 
 def check_name(name: str | None, flag: str = "--name") -> None:
@@ -59,14 +72,25 @@ def check_epoch_length(cfg: TrainConfig, train_count: int) -> None:
         )
 
 
+# Room for a run's results.json, TensorBoard scalars and ray.log, with a wide margin (README: Right or refused).
+OUTPUT_BYTES = 2 << 20
+# A checkpoint holds the weights and the momentum (about 240 kB at width 1, growing with the width squared), and a
+# new one is written beside the old before it replaces it.
+CHECKPOINT_BYTES_PER_WIDTH2 = 1 << 20
+
+
 def check_config(cfg: TrainConfig) -> None:
-    """The paths a run will write, and, where the data size is already known, the epoch length."""
+    """The paths a run will write and the room they have, and, where the data size is already known, the epoch
+    length."""
     writable_dir(cfg.output_dir, "--output-dir")
+    free_space(cfg.output_dir, "--output-dir", OUTPUT_BYTES, "results, TensorBoard scalars, logs")
     if cfg.dataset == "mnist" and (Path(cfg.data_dir) / "MNIST" / "raw").is_dir():
         pass  # real MNIST is only read: a read-only shared copy is fine
     else:
         writable_dir(cfg.data_dir, "--data-dir")
     if cfg.checkpoint_dir:
         writable_dir(cfg.checkpoint_dir, "--checkpoint-dir")
+        free_space(cfg.checkpoint_dir, "--checkpoint-dir", CHECKPOINT_BYTES_PER_WIDTH2 * cfg.model_width ** 2,
+                   "two checkpoints while one replaces the other")
     if cfg.dataset == "synthetic":
         check_epoch_length(cfg, cfg.synthetic_train_size)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from contract import files
+from contract import files, space
 from contract.config import TrainConfig
 
 SCHEMA_VERSION = 1
@@ -99,10 +98,10 @@ def write_json(path: Path, doc: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Standard JSON only: a NaN or Infinity here would be a number no run produced, and strict parsers refuse it.
     text = json.dumps(doc, indent=1, allow_nan=False)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
-        f.write(text)
-    files.normal_mode(f.name)
-    os.replace(f.name, path)
+    with space.or_one_line(path, len(text.encode())) as temporary:
+        temporary.write_text(text)
+    files.normal_mode(temporary)
+    os.replace(temporary, path)
 
 
 def read(path: str | Path) -> dict[str, Any]:

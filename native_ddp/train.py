@@ -9,7 +9,7 @@ CPU, NCCL on GPU). On Ray, use python -m ray_jobs.train --backend native.
 import argparse
 import os
 
-from contract import cli, options, preflight
+from contract import cli, options, preflight, run_folder
 from contract.config import ConfigError
 
 # torch is imported by the worker once the flags are good: --help and a refused flag answer at once.
@@ -18,9 +18,11 @@ from contract.config import ConfigError
 def main() -> int:
     parser = cli.Parser(description=__doc__, prog="torchrun --nproc-per-node N -m native_ddp.train",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli.add_config_flags(parser, exclude=("workers", *options.HOROVOD_ONLY))
+    cli.add_config_flags(parser, exclude=("workers", *options.HOROVOD_ONLY),
+                         defaults={"output_dir": run_folder.DEFAULT})
     args = parser.parse_args()
-    cfg = cli.config_from_args(args).with_absolute_paths()
+    output_dir = run_folder.resolve(args.output_dir, "native", "torchrun")
+    cfg = cli.config_from_args(args, output_dir=output_dir).with_absolute_paths()
     if "LOCAL_RANK" not in os.environ:
         raise ConfigError("start this module with torchrun --nproc-per-node N -m native_ddp.train, "
                           "or use python -m ray_jobs.train --backend native")
@@ -32,6 +34,7 @@ def main() -> int:
                           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone (or --rdzv-backend c10d "
                           "--rdzv-endpoint HOST:PORT) ... (README: Workers that die)")
     preflight.check_config(cfg)  # again with the world size once the group exists
+    run_folder.announce(args.output_dir, output_dir)
     from native_ddp.worker import run_torchrun
 
     return run_torchrun(cfg)

@@ -10,7 +10,7 @@ cluster started with ray start on this machine, else starts a Ray of its own for
 import argparse
 
 from cluster.ray_cluster import RayRunOptions
-from contract import cli, summary
+from contract import cli, run_folder, summary
 from contract.config import BACKENDS
 from launchers import on_ray
 
@@ -21,7 +21,7 @@ def main() -> int:
     parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.train",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=sorted(BACKENDS), default="native", help="native DDP or Horovod")
-    cli.add_config_flags(parser)
+    cli.add_config_flags(parser, defaults={"output_dir": run_folder.DEFAULT})
     parser.add_argument("--name", help="run name; the same name and storage path resume from the last checkpoint")
     parser.add_argument("--storage-path", help="where Ray keeps checkpoints (default: ~/ray_results)")
     parser.add_argument("--max-failures", type=int, default=0, help="restarts after a worker failure (default: 0)")
@@ -29,7 +29,7 @@ def main() -> int:
     from contract import phases
 
     start = phases.process_started()  # end to end, as the user waits: the process's start, imports included
-    cfg = cli.config_from_args(args)
+    cfg = cli.config_from_args(args, output_dir=run_folder.resolve(args.output_dir, args.backend, "ray"))
     options = RayRunOptions(name=args.name, storage_path=args.storage_path, max_failures=args.max_failures)
     doc = on_ray.run(args.backend, cfg, options)
     doc = phases.finish(doc["config"]["output_dir"], start)

@@ -38,16 +38,17 @@ def free_port() -> int:
             return port
 
 
-def run_command(command: list[str], env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run `command` from the repository root with this venv first on PATH, as a user would type it."""
+def run_command(command: list[str], env: dict[str, str] | None = None, timeout: float = 300,
+                cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """Run `command` from the repository root (or `cwd`) with this venv first on PATH, as a user would type it."""
     full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run(command, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
 def run_module(module: str, *args: str, launcher: tuple[str, ...] = (), env: dict[str, str] | None = None,
-               timeout: float = 300) -> subprocess.CompletedProcess:
+               timeout: float = 300, cwd: Path = REPO) -> subprocess.CompletedProcess:
     """`[launcher] python -m module args`."""
-    return run_command([*launcher, sys.executable, "-m", module, *args], env=env, timeout=timeout)
+    return run_command([*launcher, sys.executable, "-m", module, *args], env=env, timeout=timeout, cwd=cwd)
 
 
 def data_flags(cfg: TrainConfig) -> list[str]:

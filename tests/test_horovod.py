@@ -56,6 +56,16 @@ def test_resume_trains_only_the_new_epoch(two_ranks, base_cfg):
     whole = horovodrun(2, *data_flags(base_cfg), "--output-dir", str(root / "whole"), "--epochs", "2")
     assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
     assert second["step_losses"] == read_results(root / "whole")["step_losses"]
+    # Killed after its last checkpoint and before its result (results.json goes first): the same command again
+    # trains nothing and writes the result from the checkpoint.
+    (root / "out2" / "results.json").unlink()
+    again = horovodrun(2, *data_flags(base_cfg), "--output-dir", str(root / "out2"), "--checkpoint-dir",
+                       str(root / "ckpt"), "--epochs", "2")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "Step [" not in again.stdout and "resuming after epoch 2" in again.stdout
+    third = read_results(root / "out2")
+    assert (third["resumed_from_epoch"], third["epochs"], third["step_losses"], third["final"]["test_accuracy"]) == \
+        (2, second["epochs"], second["step_losses"], second["final"]["test_accuracy"])
 
 
 def test_four_ranks_oversubscribed_on_two_cores(base_cfg, tmp_path):

@@ -176,7 +176,7 @@ def saved_checkpoint(cfg, directory, epochs=1) -> None:
     ({"batch_size": 50, "epochs": 3}, "--batch-size 100 -> 50"),
     ({"workers": 2, "epochs": 3}, "--workers 1 -> 2"),
     ({"seed": 1, "epochs": 3}, "--seed 0 -> 1"),
-    ({"epochs": 2}, "has already trained 2 epoch(s); pass --epochs above 2"),
+    ({"epochs": 1}, "has already trained 2 epoch(s), more than --epochs 1; pass --epochs 2 to write its result"),
     ({"backend": "horovod"}, "--backend native -> horovod"),
     ({"launcher": "ray"}, "--launcher torchrun -> ray"),
 ])
@@ -194,6 +194,8 @@ def test_a_resume_may_grow_epochs_and_move_outputs(cfg, tmp_path):
     state = checkpoint.load(tmp_path)
     checkpoint.check_resume(state, replace(cfg, epochs=4, output_dir=str(tmp_path / "elsewhere"), log_every=3),
                             tmp_path, "native", "torchrun")
+    # Its last epoch done and checkpointed, a run killed before its result finishes from the checkpoint.
+    checkpoint.check_resume(state, replace(cfg, epochs=1), tmp_path, "native", "torchrun")
 
 
 @pytest.mark.parametrize("content, needle", [

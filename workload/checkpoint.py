@@ -6,14 +6,14 @@ A checkpoint resumes only the run that wrote it: `check_resume` refuses other se
 
 import dataclasses
 import os
-import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from contract import files
+from contract import files, space
 from contract.config import RESUMABLE_CHANGES, ConfigError, TrainConfig, resume_conflicts
 from contract.results import History
 from workload import faults
@@ -39,13 +39,15 @@ def save(directory: str | Path, module: nn.Module, optimizer: torch.optim.Optimi
         "backend": backend,
         "launcher": launcher,
     }
-    with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{FILENAME}.", delete=False) as f:
+    weights = sum(t.numel() * t.element_size() for t in state["model"].values())
+    # About the weights twice (SGD's momentum buffer is their size); the exact size is known only once written.
+    with space.or_one_line(directory / FILENAME, 2 * weights) as temporary, temporary.open("wb") as f:
         torch.save(state, f)
         f.flush()
         faults.point("checkpoint", 0, history.last_epoch)  # only rank 0 writes
         os.fsync(f.fileno())
-    files.normal_mode(f.name)
-    os.replace(f.name, directory / FILENAME)
+    files.normal_mode(temporary)
+    os.replace(temporary, directory / FILENAME)
     return directory / FILENAME
 
 
@@ -56,8 +58,11 @@ def load(directory: str | Path) -> dict[str, Any] | None:
         return None
     fix = "delete it or choose another checkpoint folder"
     try:
-        # weights_only: tensors and plain data only, so a foreign pickle is refused rather than executed.
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        # weights_only: tensors and plain data only, so a foreign pickle is refused rather than executed. Its warning
+        # about bytes that are not ours ("Detected pickle protocol …") would be a second line beside our one.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch's unpickler raises many kinds on bytes that are not ours
         reason = " ".join(str(error).split())[:120]
         raise ConfigError(f"{path} is not a readable checkpoint ({type(error).__name__}: {reason}); {fix}") from None
@@ -74,7 +79,7 @@ def load(directory: str | Path) -> dict[str, Any] | None:
 
 
 def check_resume(state: dict[str, Any], cfg: TrainConfig, where: str | Path, backend: str, launcher: str) -> None:
-    """Refuse a resume that would not carry on the same run, or that has nothing left to train."""
+    """Refuse a resume that would not carry on the same run, or that has trained more epochs than it asks for."""
     conflicts = [f"--{name} {state[name]} -> {now}" for name, now in (("backend", backend), ("launcher", launcher))
                  if state[name] != now]
     conflicts += resume_conflicts(state["config"], cfg)
@@ -84,10 +89,13 @@ def check_resume(state: dict[str, Any], cfg: TrainConfig, where: str | Path, bac
             f"on the same run and may change only {', '.join('--' + n.replace('_', '-') for n in RESUMABLE_CHANGES)}: "
             "use the original settings, or another checkpoint folder or run name for a new run"
         )
-    if state["epoch"] >= cfg.epochs:
+    # As many epochs as asked for: a run killed after its last checkpoint, before its result; the result is
+    # written from the checkpoint. More: the user asks for a shorter run than the one that wrote it.
+    if state["epoch"] > cfg.epochs:
         raise ConfigError(
-            f"the checkpoint in {where} has already trained {state['epoch']} epoch(s); pass --epochs above "
-            f"{state['epoch']} to train more, or another checkpoint folder or run name for a new run"
+            f"the checkpoint in {where} has already trained {state['epoch']} epoch(s), more than --epochs "
+            f"{cfg.epochs}; pass --epochs {state['epoch']} to write its result, above {state['epoch']} to train "
+            "more, or another checkpoint folder or run name for a new run"
         )
 
 

@@ -92,7 +92,7 @@ def train_and_report(
             scalars.epoch(history.epochs[-1], history.step_losses)
         on_epoch_end(epoch, history)
 
-    assert history.last_epoch < trainer.cfg.epochs, "checkpoint.check_resume refuses a resume with nothing to train"
+    assert history.last_epoch <= trainer.cfg.epochs, "checkpoint.check_resume refuses a shorter run"
     try:
         history = trainer.fit(history, save_epoch)
     finally:
@@ -104,7 +104,6 @@ def train_and_report(
         return None
     stamps = {"workers_started": phases.process_started(), "process_group_ready": trainer.ctx.ready_at,
               **trainer.stamps}
-    trained = history.epochs[resumed_from:]
     doc = results.build(
         backend=backend, launcher=launcher, workers=trainer.ctx.world_size * len(trainer.loaders), cfg=trainer.cfg,
         history=history,
@@ -113,7 +112,7 @@ def train_and_report(
             "resumed_from_epoch": resumed_from, "restarts": restarts, **extra, "timestamps": stamps,
             # Provisional, from the command that started the workers; launchers that know better replace them.
             "phases": phases.phases(stamps, phases.launcher_started(), time.time()),
-            "eval_time_s": sum(e["eval_time_s"] for e in trained),
+            "eval_time_s": sum(e["eval_time_s"] for e in history.epochs),  # every attempt's, as the wall time
             "checkpoint_time_s": trainer.checkpoint_time_s,
         },
     )

@@ -1,0 +1,46 @@
+"""A folder of its own for every run started by hand, as `compare` gives each of its runs: two runs never share
+(or overwrite) a results.json or a TensorBoard log unless the user names the same --output-dir.
+
+Every rank of one launch must agree on the folder without talking (Horovod opens files there before its group
+exists): the name comes from the launcher process they all descend from, its start time and pid.
+"""
+
+import logging
+from datetime import datetime, timezone
+from pathlib import Path
+
+from contract.errors import launcher_rank
+
+log = logging.getLogger(__name__)
+
+DEFAULT = "results/<run-id>"
+"""What --help shows as --output-dir's default; the entry point puts the run's own folder in its place."""
+
+LAUNCHERS = {"torchrun": ("torchrun", "torch.distributed.run"), "horovodrun": ("horovodrun",)}
+"""What a launcher's command line holds, whether started by its script or as `python -m`."""
+
+
+def resolve(output_dir: str, backend: str, launcher: str) -> str:
+    """`output_dir`, or where it is DEFAULT: results/<UTC start>-<backend>-<launcher>-<pid> of the launcher process
+    (torchrun's agent, horovodrun) this rank runs under, or of this process where there is none."""
+    if output_dir != DEFAULT:
+        return output_dir
+    import psutil
+
+    process = psutil.Process()
+    for ancestor in process.parents() if launcher in LAUNCHERS else []:
+        try:
+            command = " ".join(ancestor.cmdline())
+        except psutil.Error:
+            continue
+        if any(name in command for name in LAUNCHERS[launcher]):
+            process = ancestor
+            break
+    started = datetime.fromtimestamp(process.create_time(), timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return str(Path(DEFAULT).parent / f"{started}-{backend}-{launcher}-{process.pid}")
+
+
+def announce(args_output_dir: str, folder: str) -> None:
+    """Once every check has passed: where a run whose folder was chosen for it writes (rank 0 alone)."""
+    if args_output_dir == DEFAULT and launcher_rank() == 0:
+        log.info("output: %s (this run's own folder; --output-dir names another)", folder)

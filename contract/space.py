@@ -1,0 +1,47 @@
+"""A write that finds its disk full ends the run in one line naming the folder and what the write needed, and
+leaves no half-written file behind (the writes here go through a temporary file, removed on failure)."""
+
+import contextlib
+import errno
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from contract.errors import RunFailed
+
+
+def size(n: int) -> str:
+    """Bytes as a person reads them: 8.0 kB, 2.0 MB (powers of 1024, as df -h)."""
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def is_full(error: OSError) -> bool:
+    return error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def full(folder: str | Path, what: str, needed: int) -> RunFailed:
+    """The one line for a write of `needed` bytes into `folder` that the disk had no room for."""
+    return RunFailed(f"no space left in {folder}: {what} needs {size(needed)}; free some space there (or "
+                     "choose another folder) and run again")
+
+
+@contextlib.contextmanager
+def or_one_line(path: Path, needed: int) -> Iterator[Path]:
+    """A temporary file beside `path` for the block to write (the caller then renames it into place); if the disk
+    fills, it is removed and the run ends in one line. `needed`: the bytes the write takes, as far as known."""
+    name = ""
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        os.close(fd)
+        yield Path(name)
+    except OSError as error:
+        if name:
+            Path(name).unlink(missing_ok=True)
+        if is_full(error):
+            raise full(path.parent, path.name, needed) from None
+        raise

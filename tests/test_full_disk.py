@@ -1,0 +1,69 @@
+"""A full disk: refused before anything starts where the room is known to be short, and a write that still finds it
+full ends the run in one line and leaves no half-written file. A real filesystem of 16 kB (tmpfs, as root)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cluster import worker_output
+from contract import cli, results
+from contract.errors import RunFailed
+from contract.results import History
+from tests.test_bad_input import ENTRY_POINTS, SYNTHETIC, tree
+from workload import checkpoint
+from workload.model import ConvNet
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """16 kB, nearly all taken by a file, as a disk that filled up."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(disk)], check=True)
+    try:
+        (disk / "ballast").write_bytes(b"x" * 12 * 1024)
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+@pytest.mark.parametrize("entry", ["ray_jobs.train", "native_ddp.train", "horovod_ddp.train"])
+def test_an_output_folder_without_room_is_refused_before_anything_starts(entry, tiny_disk, tmp_path, monkeypatch,
+                                                                         capsys):
+    monkeypatch.setenv("LOCAL_RANK", "0")  # native_ddp.train as torchrun starts it
+    monkeypatch.setattr(sys, "argv", [entry, *SYNTHETIC, "--data-dir", str(tmp_path / "data"), "--output-dir",
+                                      str(tiny_disk / "out")])
+    before = tree(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        cli.run(ENTRY_POINTS[entry])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    assert f"--output-dir {tiny_disk / 'out'} has 4.0 kB free; this run needs about 2.0 MB there" in err
+    assert tree(tmp_path) == before
+
+
+def test_results_that_find_the_disk_full_are_one_line_and_leave_nothing(tiny_disk):
+    with pytest.raises(RunFailed, match=rf"no space left in {tiny_disk}: results.json needs 17.\d kB;"):
+        results.write_json(tiny_disk / results.FILENAME, {"losses": [0.125] * 2000})
+    assert sorted(p.name for p in tiny_disk.iterdir()) == ["ballast"]
+
+
+def test_a_checkpoint_that_finds_the_disk_full_is_one_line_and_leaves_nothing(tiny_disk, cfg):
+    model = ConvNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with pytest.raises(RunFailed, match=rf"no space left in {tiny_disk}: checkpoint.pt needs"):
+        checkpoint.save(tiny_disk, model, optimizer, History(epochs=[{"epoch": 1}]), cfg, "native", "torchrun")
+    assert sorted(p.name for p in tiny_disk.iterdir()) == ["ballast"]
+
+
+def test_ray_s_own_lines_on_a_full_disk_are_dropped_without_a_logging_traceback(tiny_disk, capsys):
+    router = worker_output._Router(tiny_disk / "ray.log")
+    router.write("before the run\n")
+    router.open()
+    for _ in range(100):
+        router.write("x" * 200 + "\n")
+    assert router.full and "Logging error" not in capsys.readouterr().err
+    assert Path(tiny_disk / "ray.log").stat().st_size <= 4096

@@ -1,0 +1,95 @@
+"""Which Ray a driver joins, decided in seconds before anything starts: a token-authenticated cluster without the
+token mode, or without the token, and what RAY_ADDRESS=auto may join (a `ray start` cluster, never another
+program's private Ray). The cases without a live cluster are rows of test_bad_input.py's table."""
+
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cluster.ray_cluster import local_rays
+from tests.conftest import BIN, REPO, assert_one_line_error, data_flags, free_port, stop_ray
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def token_cluster(tmp_path_factory):
+    """A loopback `ray start --head` with token authentication on, its token in a file of its own (not ~/.ray)."""
+    root = tmp_path_factory.mktemp("token-cluster")
+    ray_dir = short_dir()
+    token = root / "token"
+    token.write_text(uuid.uuid4().hex * 2)
+    port = free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0"}
+    try:
+        subprocess.run([str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                        "--num-cpus=1", "--include-dashboard=false", f"--temp-dir={ray_dir}"],
+                       check=True, env=env, capture_output=True, text=True, timeout=180)
+        yield f"127.0.0.1:{port}", token
+    finally:
+        stop_ray(ray_dir)
+        shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def _without_auth(**env: str) -> dict[str, str]:
+    """This environment with Ray's defaults for authentication (no mode, no token) and `env` on top."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}, "PYTHONUNBUFFERED": "1", **env}
+
+
+@pytest.mark.parametrize("auth, needle", [
+    ({}, "uses token authentication; export RAY_AUTH_MODE=token"),
+    ({"RAY_AUTH_MODE": "token"}, "RAY_AUTH_MODE=token but this machine has no Ray token"),
+    ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-token"}, "refused this driver's token"),
+], ids=["no-token-mode", "no-token", "wrong-token"])
+def test_a_token_cluster_the_driver_cannot_join_is_refused_at_once(token_cluster, base_cfg, tmp_path, auth, needle):
+    address, _ = token_cluster
+    # HOME: a home without ~/.ray/auth_token, wherever the tests run.
+    env = _without_auth(RAY_ADDRESS=address, HOME=str(tmp_path), **auth)
+    result = subprocess.run([sys.executable, "-m", "ray_jobs.train", *data_flags(base_cfg), "--output-dir",
+                             str(tmp_path / "out")], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert_one_line_error(result, needle)
+    assert result.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_with_the_token_the_same_check_lets_the_driver_through(token_cluster):
+    address, token = token_cluster
+    env = _without_auth(RAY_ADDRESS=address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+    done = subprocess.run([sys.executable, "-c", "from cluster.ray_cluster import check_address; print(check_address())"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "None", "")
+
+
+def test_auto_tells_a_ray_start_cluster_from_a_program_s_private_ray(ray_cluster):
+    """The session cluster was started with `ray start --temp-dir`; a program's ray.init() starts a private one."""
+    ray_dir = short_dir()
+    private = subprocess.Popen(
+        [sys.executable, "-c", "import sys, ray; ray.init(num_cpus=1, include_dashboard=False, "
+                               f"_temp_dir={str(ray_dir)!r}); print(ray.get_runtime_context().gcs_address, "
+                               "flush=True); sys.stdin.read()"],
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True)
+    try:
+        # Its address once it is up: an event, bounded.
+        assert select.select([private.stdout], [], [], 120)[0], "the private Ray did not start within 120 s"
+        gcs = private.stdout.readline().strip()
+        rays = local_rays()
+        assert rays[gcs] is False, rays
+        port = ray_cluster.address.rsplit(":", 1)[1]
+        assert [started for address, started in rays.items() if address.endswith(f":{port}")] == [True], rays
+    finally:
+        private.kill()
+        private.wait()
+        stop_ray(ray_dir)
+        shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def short_dir() -> Path:
+    """A Ray temp folder short enough for its socket paths (at most 107 bytes), unlike pytest's."""
+    return Path(tempfile.mkdtemp(prefix="ray-test-", dir="/tmp"))
