@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cluster import worker_output
+from contract import cli
 from contract.config import ConfigError, TrainConfig
 from contract.errors import RunFailed
 from workload import faults
@@ -86,6 +87,7 @@ def connect(log_file: Path) -> None:
         hint = ("export RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token)" if "auth" in message.lower()
                 else "check that RAY_ADDRESS names the head node's GCS port (`ray status` there shows it)")
         raise ConfigError(f"could not join the Ray cluster ({message[:300]}); {hint}") from None
+    cli.end_on_sigterm()  # ray.init's own handler exits with 15 and no line
     worker_output.take_over()
 
 
@@ -110,6 +112,7 @@ def _start_local(ray: object, runtime_env: dict | None) -> None:
 
     def stop() -> None:
         ray.shutdown()
+        stop_processes(temp_dir)  # what a shutdown leaves, or a start cut short (Ray's agents, seen after Ctrl-C)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
     atexit.register(stop)  # before ray.init registers its own shutdown, so this runs after it
@@ -122,6 +125,29 @@ def _start_local(ray: object, runtime_env: dict | None) -> None:
         raise RunFailed("the local Ray did not start: its raylet did not register within Ray's 30 s (seen on a "
                         "loaded machine); run again when the machine is less busy, or start a cluster with `ray "
                         "start --head` and join it") from None
+
+
+def stop_processes(temp_dir: str | Path, wait_s: float = 5) -> None:
+    """Stop the Ray whose session folder is `temp_dir`, by PID: `ray stop` stops every Ray on the host.
+
+    Its daemons name the folder on their command lines; its workers and agents are their children. A Ray worker
+    may ignore SIGTERM: what is left after `wait_s` is killed."""
+    import psutil
+
+    own = [p for p in psutil.process_iter(["cmdline"])
+           if any(arg.endswith(f"={temp_dir}") or f"{temp_dir}/" in arg for arg in p.info["cmdline"] or [])]
+    family = {p.pid: p for p in own}
+    for process in own:
+        with contextlib.suppress(psutil.Error):
+            family.update({child.pid: child for child in process.children(recursive=True)})
+    family.pop(os.getpid(), None)
+    for process in family.values():
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(list(family.values()), timeout=wait_s)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
 
 
 def check_address() -> str | None:

@@ -4,7 +4,9 @@ import argparse
 import ast
 import inspect
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, fields
 
@@ -118,12 +120,41 @@ def setup_logging(rank: int = 0) -> None:
         logging.getLogger(name).setLevel(logging.INFO if rank == 0 else logging.WARNING)
 
 
+class Ended(KeyboardInterrupt):
+    """SIGTERM (`timeout`, a scheduler): unwinds the command as Ctrl-C does (finally blocks, then atexit's teardown of
+    a private Ray and its folder), then exit code 143. A KeyboardInterrupt, because Ray's blocking calls pass only
+    that through (another exception raised in a handler there surfaced as a SystemError once training ended), and as
+    a new KeyboardInterrupt: `_terminated` remembers which signal it was."""
+
+
+_terminated = False
+
+
+def end_on_sigterm() -> None:
+    """SIGTERM raises Ended in the main thread; again after ray.init, which installs a handler of its own."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _ended)
+
+
+def _ended(signum: int, frame: object) -> None:
+    global _terminated
+    _terminated = True
+    raise Ended()
+
+
 def run(main: Callable[[], int | None]) -> None:
-    """Run `main`; a user error becomes one line on stderr and exit code 2, with no traceback."""
+    """Run `main`; a user error becomes one line on stderr and exit code 2, with no traceback; Ctrl-C and SIGTERM one
+    line too, and 130 or 143, once what the command started is torn down."""
     setup_logging()
+    end_on_sigterm()
     try:
         code = main()
     except tuple(EXIT_CODES) as error:
         fail(str(error), next(code for kind, code in EXIT_CODES.items() if isinstance(error, kind)),
              every_rank=isinstance(error, PeerLost))
+    except KeyboardInterrupt as error:
+        how, code = ("ended by SIGTERM", 143) if _terminated else ("interrupted (Ctrl-C)", 130)
+        # A comparison says which of its runs had finished (ray_jobs/orchestrator.py).
+        what = str(error) or "a run that had not finished wrote no result"
+        fail(f"{how} before the command finished; {what}", code)
     sys.exit(code or 0)

@@ -44,6 +44,9 @@ def run(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
             failure_config=FailureConfig(max_failures=options.max_failures),
         ),
     )
+    # Ray Train's own Ctrl-C handler aborts the run gracefully and exits 1 with no line, and stays installed after
+    # fit(): Ctrl-C is the command's to handle (contract/cli.py), as in every other launcher.
+    trainer._register_sigint_handler = lambda controller: None
     try:
         trainer.fit()
     finally:

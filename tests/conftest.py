@@ -1,6 +1,5 @@
 """Shared fixtures: synthetic data made once per session, and one real local Ray cluster for every Ray test."""
 
-import contextlib
 import json
 import os
 import socket
@@ -9,7 +8,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import psutil
 import pytest
 
 from contract.config import TrainConfig
@@ -107,22 +105,10 @@ def ray_cluster(tmp_path_factory):
 
 
 def stop_ray(temp_dir: Path) -> None:
-    """Stop the Ray that `ray start --temp-dir temp_dir` started, by PID: `ray stop` stops every Ray on the host.
+    """Stop the Ray that `ray start --temp-dir temp_dir` started, by PID: `ray stop` stops every Ray on the host."""
+    from cluster.ray_cluster import stop_processes
 
-    Its daemons name the folder on their command lines; its workers and agents are their children."""
-    own = [p for p in psutil.process_iter(["cmdline"])
-           if any(arg.endswith(f"={temp_dir}") or f"{temp_dir}/" in arg for arg in p.info["cmdline"] or [])]
-    family = {p.pid: p for p in own}
-    for process in own:
-        with contextlib.suppress(psutil.Error):
-            family.update({child.pid: child for child in process.children(recursive=True)})
-    for process in family.values():
-        with contextlib.suppress(psutil.Error):
-            process.terminate()
-    _, alive = psutil.wait_procs(list(family.values()), timeout=5)  # a Ray worker may ignore SIGTERM: 20 s went here
-    for process in alive:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
+    stop_processes(temp_dir)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:

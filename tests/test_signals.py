@@ -1,0 +1,73 @@
+"""Ctrl-C and SIGTERM end a command in one line with 130 or 143, once what it started is torn down: its private Ray
+(no process left, its folder removed); a comparison says which of its runs had finished."""
+
+import glob
+import os
+import select
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from ray_jobs import orchestrator
+from tests.conftest import BIN, REPO, data_flags
+
+PRIVATE_RAY = "/tmp/ray-ddp-vs-horovod-*"  # cluster/ray_cluster.py's folder for a Ray of the command's own
+
+
+def _private_rays() -> set[str]:
+    folders = set(glob.glob(PRIVATE_RAY))
+    processes = {" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])}
+    return folders | {folder for folder in glob.glob(PRIVATE_RAY) if any(folder in c for c in processes)}
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("signum, code, line", [
+    (signal.SIGINT, 130, "error: interrupted (Ctrl-C) before the command finished; a run that had not finished "
+                         "wrote no result"),
+    (signal.SIGTERM, 143, "error: ended by SIGTERM before the command finished; a run that had not finished wrote "
+                          "no result"),
+], ids=["ctrl-c", "sigterm"])
+def test_a_signal_during_training_ends_the_run_in_one_line_and_tears_its_ray_down(base_cfg, tmp_path, signum, code,
+                                                                                   line):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own, as a user's first run
+    env.update(PATH=f"{BIN}{os.pathsep}{env['PATH']}", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+    before = _private_rays()
+    run = subprocess.Popen([sys.executable, "-m", "ray_jobs.train", "--workers", "1", "--epochs", "100",
+                            *data_flags(base_cfg), "--output-dir", str(tmp_path / "out")],
+                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        seen = ""
+        while "Step [" not in seen:  # training has begun: an event, each line bounded
+            assert select.select([run.stdout], [], [], 180)[0], "no training line within 180 s"
+            seen = run.stdout.readline()
+            assert seen, run.stderr.read()[-3000:]
+        # Ctrl-C reaches the terminal's whole process group; a scheduler's SIGTERM the command alone.
+        os.killpg(run.pid, signum) if signum == signal.SIGINT else run.send_signal(signum)
+        _, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert (run.returncode, err.strip()) == (code, line), err[-3000:]
+    assert _private_rays() == before
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_an_interrupted_comparison_says_which_runs_had_finished(base_cfg, tmp_path, monkeypatch):
+    record = {"status": "ok"}
+    calls = []
+
+    def run_one(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return record
+
+    monkeypatch.setattr(orchestrator, "run_one", run_one)
+    with pytest.raises(KeyboardInterrupt, match=r"^1 run\(s\) of this comparison had finished, run 2 of 2 had not; "
+                                                 rf"their folders stay in {tmp_path}/cmp$"):
+        orchestrator.compare(base_cfg, [2], [], tmp_path, parity_steps=10, tolerance=1e-4, target_accuracy=0.9,
+                             run_id="cmp")
