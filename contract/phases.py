@@ -23,23 +23,29 @@ def process_started() -> float:
 
 
 def launcher_started() -> float:
-    """When the command a user typed started: the nearest torchrun or horovodrun above this process, else it."""
+    """When the command a user typed started."""
+    return launcher_process().create_time()
+
+
+def launcher_process() -> psutil.Process:
+    """The command a user typed: the nearest torchrun or horovodrun above this process, else this process."""
     me = psutil.Process()
     for parent in me.parents():
         try:
             if any(name in " ".join(parent.cmdline()) for name in LAUNCHER_NAMES):
-                return parent.create_time()
+                return parent
         except psutil.Error:
             continue
-    return me.create_time()
+    return me
 
 
 def phases(stamps: dict[str, float], start: float, returned: float) -> dict[str, float]:
     """Seconds from `start` to each phase, never decreasing: a worker process that Ray started before this launch
-    (a pooled worker) counts as started at the launch."""
+    (a pooled worker) counts as started at the launch. The phases are this attempt's: one that finishes a run from
+    its last checkpoint takes no first step, and that phase then lasts no time."""
     out, previous = {}, 0.0
     for name in PHASES:
-        at = returned if name == "launcher_returned" else stamps[name]
+        at = returned if name == "launcher_returned" else stamps.get(name, start + previous)
         previous = out[name] = max(at - start, previous)
     return out
 

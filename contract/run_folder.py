@@ -16,26 +16,14 @@ log = logging.getLogger(__name__)
 DEFAULT = "results/<run-id>"
 """What --help shows as --output-dir's default; the entry point puts the run's own folder in its place."""
 
-LAUNCHERS = {"torchrun": ("torchrun", "torch.distributed.run"), "horovodrun": ("horovodrun",)}
-"""What a launcher's command line holds, whether started by its script or as `python -m`."""
-
-
 def resolve(output_dir: str, backend: str, launcher: str) -> str:
     """`output_dir`, or where it is DEFAULT: results/<UTC start>-<backend>-<launcher>-<pid> of the launcher process
     (torchrun's agent, horovodrun) this rank runs under, or of this process where there is none."""
     if output_dir != DEFAULT:
         return output_dir
-    import psutil
+    from contract import phases
 
-    process = psutil.Process()
-    for ancestor in process.parents() if launcher in LAUNCHERS else []:
-        try:
-            command = " ".join(ancestor.cmdline())
-        except psutil.Error:
-            continue
-        if any(name in command for name in LAUNCHERS[launcher]):
-            process = ancestor
-            break
+    process = phases.launcher_process()
     started = datetime.fromtimestamp(process.create_time(), timezone.utc).strftime("%Y%m%d-%H%M%S")
     return str(Path(DEFAULT).parent / f"{started}-{backend}-{launcher}-{process.pid}")
 
