@@ -35,10 +35,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 
+from contract import cli
 from contract.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -150,18 +150,13 @@ def cluster(nodes: int, cpus_per_node: int) -> Iterator[Cluster]:
     reap_stale()
     prefix = f"dvh{os.getpid()}"
     sim = Cluster(nodes, prefix, Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir="/tmp")))
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # a SIGTERM tears down as Ctrl-C does
+    cli.end_on_sigterm()  # a SIGTERM tears down as Ctrl-C does
     try:
         _build_links(sim)
         _start_ray(sim, cpus_per_node)
         yield sim
     finally:
         teardown(sim)
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _ip(*args: str) -> None:

@@ -122,9 +122,10 @@ def _start_local(ray: object, runtime_env: dict | None) -> None:
         if "timed out during startup" not in str(error):
             raise
         stop()
-        raise RunFailed("the local Ray did not start: its raylet did not register within Ray's 30 s (seen on a "
-                        "loaded machine); run again when the machine is less busy, or start a cluster with `ray "
-                        "start --head` and join it") from None
+        atexit.unregister(stop)
+        raise RunFailed("the local Ray did not start: its raylet did not register within Ray's 30 s (a busy "
+                        "machine); run again when the machine is less busy, or start a cluster with `ray start "
+                        "--head` and join it") from None
 
 
 def stop_processes(temp_dir: str | Path, wait_s: float = 5) -> None:
@@ -168,15 +169,18 @@ def check_address() -> str | None:
     record = recorded_cluster_file()
     recorded = _read_text(record)
     if recorded:
+        unset = "unset RAY_ADDRESS and " if address == "auto" else ""
         _check_reachable(recorded, f"the Ray cluster recorded in {record} ({recorded})",
-                         f"start it again with `ray start --head`, or delete {record} so that this run starts a Ray "
-                         "of its own")
+                         f"start it again with `ray start --head`, or {unset}delete {record} so that this run starts "
+                         "a Ray of its own")
         return None
     if address == "auto":
         rays = local_rays()
         started = sorted(gcs for gcs, by_ray_start in rays.items() if by_ray_start)
-        if len(started) == 1:
-            return started[0]  # a `ray start --temp-dir` cluster, recorded in its own folder
+        if len(started) == 1:  # a `ray start --temp-dir` cluster, recorded in its own folder
+            _check_reachable(started[0], f"the Ray cluster RAY_ADDRESS=auto found ({started[0]})",
+                             "unset RAY_ADDRESS to run on a Ray of this run's own")
+            return started[0]
         if started:
             raise ConfigError(f"RAY_ADDRESS=auto finds {len(started)} clusters started with `ray start` "
                               f"({', '.join(started)}); set RAY_ADDRESS to the one to join")
@@ -235,13 +239,13 @@ def _check_reachable(address: str, what: str, fix: str) -> None:
                                       f"head node's GCS port, or {fix}")
     except OSError as error:
         raise ConfigError(f"cannot reach {what} ({error}); {fix}") from None
-    if scheme in ("", "ray"):
+    if not scheme:  # a GCS address (ray:// is Ray Client's server, which another check would need)
         _check_token(f"{host}:{port}", what)
 
 
 def _check_token(address: str, what: str) -> None:
-    """Refuse at once a cluster that wants a token this driver will not send: ray.init would log about 20
-    InvalidAuthToken lines over a minute, then blame the address. Ray's own GCS client answers in under a second."""
+    """Refuse at once a cluster that wants a token this driver will not send: ray.init would retry for a minute,
+    logging InvalidAuthToken each time, then blame the address. Ray's own GCS client is told at once."""
     from ray._raylet import AuthenticationTokenLoader, GcsClient
     from ray.exceptions import AuthenticationError
 
@@ -253,7 +257,9 @@ def _check_token(address: str, what: str) -> None:
     try:
         with _quiet_stderr():  # Ray's C++ client logs its own line about the refusal
             GcsClient(address=address)
-    except AuthenticationError:
+    except Exception as error:  # noqa: BLE001 - anything but a refused token is ray.init's to report, as before
+        if not isinstance(error, AuthenticationError):
+            return
         if not token_mode:
             raise ConfigError(f"{what} uses token authentication; export RAY_AUTH_MODE=token (Ray reads the token "
                               "from ~/.ray/auth_token)") from None
@@ -289,11 +295,10 @@ def user_error(error: BaseException) -> BaseException | None:
     """The user error (bad settings, a diverged run) behind a Ray failure, if one is: Ray wraps a worker's
     exception in RayTaskError (Horovod's RayExecutor) or WorkerGroupError (Ray Train), with a traceback we
     would otherwise print instead of the one line that says what to fix."""
-    from contract.cli import EXIT_CODES
     from contract.errors import PeerLost
 
     # A lost peer is not the user's to fix: a retry (--max-failures) can get past it.
-    user_errors = tuple(kind for kind in EXIT_CODES if kind is not PeerLost)
+    user_errors = tuple(kind for kind in cli.EXIT_CODES if kind is not PeerLost)
     seen, todo = set(), [error]
     while todo:
         current = todo.pop()

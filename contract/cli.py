@@ -120,18 +120,15 @@ def setup_logging(rank: int = 0) -> None:
         logging.getLogger(name).setLevel(logging.INFO if rank == 0 else logging.WARNING)
 
 
-class Ended(KeyboardInterrupt):
-    """SIGTERM (`timeout`, a scheduler): unwinds the command as Ctrl-C does (finally blocks, then atexit's teardown of
-    a private Ray and its folder), then exit code 143. A KeyboardInterrupt, because Ray's blocking calls pass only
-    that through (another exception raised in a handler there surfaced as a SystemError once training ended), and as
-    a new KeyboardInterrupt: `_terminated` remembers which signal it was."""
-
-
 _terminated = False
+"""Whether SIGTERM, rather than Ctrl-C, raised the KeyboardInterrupt that is unwinding the command."""
 
 
 def end_on_sigterm() -> None:
-    """SIGTERM raises Ended in the main thread; again after ray.init, which installs a handler of its own."""
+    """SIGTERM (`timeout`, a scheduler) unwinds the command as Ctrl-C does (finally blocks, then atexit's teardown of a
+    private Ray and its folder), then exit code 143; installed again after ray.init, which installs its own. As a
+    KeyboardInterrupt because Ray's blocking calls pass only that through (another exception raised there surfaced
+    as a SystemError once training ended), and they raise a new one: `_terminated` remembers the signal."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _ended)
 
@@ -139,7 +136,12 @@ def end_on_sigterm() -> None:
 def _ended(signum: int, frame: object) -> None:
     global _terminated
     _terminated = True
-    raise Ended()
+    raise KeyboardInterrupt
+
+
+def interrupted_exit_code() -> int:
+    """130 for Ctrl-C, 143 for SIGTERM, as a shell reports a command the signal ended."""
+    return 143 if _terminated else 130
 
 
 def run(main: Callable[[], int | None]) -> None:
@@ -153,8 +155,8 @@ def run(main: Callable[[], int | None]) -> None:
         fail(str(error), next(code for kind, code in EXIT_CODES.items() if isinstance(error, kind)),
              every_rank=isinstance(error, PeerLost))
     except KeyboardInterrupt as error:
-        how, code = ("ended by SIGTERM", 143) if _terminated else ("interrupted (Ctrl-C)", 130)
+        how = "ended by SIGTERM" if _terminated else "interrupted (Ctrl-C)"
         # A comparison says which of its runs had finished (ray_jobs/orchestrator.py).
         what = str(error) or "a run that had not finished wrote no result"
-        fail(f"{how} before the command finished; {what}", code)
+        fail(f"{how} before the command finished; {what}", interrupted_exit_code())
     sys.exit(code or 0)

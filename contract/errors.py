@@ -20,7 +20,8 @@ class PeerLost(RuntimeError):
 
 
 class RunFailed(RuntimeError):
-    """The run could not go on for a reason outside its settings (a local Ray that did not start): one line, exit 1."""
+    """The run could not go on for a reason outside its settings (a full disk, a local Ray that did not start): one
+    line, exit 1."""
 
 
 def launcher_rank() -> int:

@@ -74,8 +74,8 @@ def check_epoch_length(cfg: TrainConfig, train_count: int) -> None:
 
 # Room for a run's results.json, TensorBoard scalars and ray.log, with a wide margin (README: Right or refused).
 OUTPUT_BYTES = 2 << 20
-# A checkpoint holds the weights and the momentum (about 240 kB at width 1, growing with the width squared), and a
-# new one is written beside the old before it replaces it.
+# A checkpoint holds the weights and the momentum, which grow with the width squared, and a new one is written beside
+# the old before it replaces it.
 CHECKPOINT_BYTES_PER_WIDTH2 = 1 << 20
 
 

@@ -21,9 +21,11 @@ def resolve(output_dir: str, backend: str, launcher: str) -> str:
     (torchrun's agent, horovodrun) this rank runs under, or of this process where there is none."""
     if output_dir != DEFAULT:
         return output_dir
+    import psutil
+
     from contract import phases
 
-    process = phases.launcher_process()
+    process = phases.launcher_process() if launcher != "ray" else psutil.Process()  # the driver is Ray's launcher
     started = datetime.fromtimestamp(process.create_time(), timezone.utc).strftime("%Y%m%d-%H%M%S")
     return str(Path(DEFAULT).parent / f"{started}-{backend}-{launcher}-{process.pid}")
 

@@ -24,24 +24,25 @@ def is_full(error: OSError) -> bool:
     return error.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def full(folder: str | Path, what: str, needed: int) -> RunFailed:
-    """The one line for a write of `needed` bytes into `folder` that the disk had no room for."""
-    return RunFailed(f"no space left in {folder}: {what} needs {size(needed)}; free some space there (or "
-                     "choose another folder) and run again")
+def full(folder: str | Path, what: str, needed: int | None = None) -> RunFailed:
+    """The one line for a write into `folder` that the disk had no room for; `needed`: its bytes, where known."""
+    needs = f"needs {size(needed)}" if needed is not None else "could not be written"
+    return RunFailed(f"no space left in {folder}: {what} {needs}; free some space there (or choose another folder) "
+                     "and run again")
 
 
 @contextlib.contextmanager
 def or_one_line(path: Path, needed: int) -> Iterator[Path]:
-    """A temporary file beside `path` for the block to write (the caller then renames it into place); if the disk
-    fills, it is removed and the run ends in one line. `needed`: the bytes the write takes, as far as known."""
+    """A temporary file beside `path` for the block to write (the caller then renames it into place), removed if the
+    block fails; a full disk ends the run in one line. `needed`: the bytes the write takes, as far as known."""
     name = ""
     try:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
         os.close(fd)
         yield Path(name)
-    except OSError as error:
+    except BaseException as error:
         if name:
             Path(name).unlink(missing_ok=True)
-        if is_full(error):
+        if isinstance(error, OSError) and is_full(error):
             raise full(path.parent, path.name, needed) from None
         raise

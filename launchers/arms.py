@@ -13,6 +13,7 @@ Every arm returns its results.json with `phases` and `end_to_end_s` measured fro
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -124,8 +125,19 @@ def _run_command(arm: Arm, cfg: TrainConfig) -> None:
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     log_path = Path(cfg.output_dir) / LOG
     with log_path.open("w") as out:
-        done = subprocess.run(command(arm, cfg), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              env=environment(arm))
+        # In a session of its own, and sent SIGTERM when the comparison is interrupted, so that the launcher ends its
+        # ranks: subprocess.run would SIGKILL it, and torchrun's ranks, in sessions of their own, would train on.
+        done = subprocess.Popen(command(arm, cfg), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=environment(arm), start_new_session=True)
+        try:
+            done.wait()
+        except KeyboardInterrupt:
+            os.killpg(done.pid, signal.SIGTERM)
+            try:
+                done.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(done.pid, signal.SIGKILL)
+            raise
     if done.returncode:
         lines = [line for line in log_path.read_text(errors="replace").splitlines() if "error" in line.lower()]
         raise RuntimeError(f"{arm.launcher} exited with {done.returncode}: "

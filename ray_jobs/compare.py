@@ -162,7 +162,7 @@ def simulate(args: argparse.Namespace, base: TrainConfig, workers: list[int], ba
         sweep_dir, code = link_sweep.run(sys.argv[1:], args.simulate_nodes, rates, root, workers)
     except KeyboardInterrupt:
         log.error("interrupted; the simulated cluster is torn down (namespaces, links and its Ray processes)")
-        return 130
+        return cli.interrupted_exit_code()
     except netsim.ClusterError as error:
         log.error("error: %s; the simulated cluster is torn down", error)
         return 1

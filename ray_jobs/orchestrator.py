@@ -117,9 +117,10 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
             try:
                 records.append(run_one(arm, round_, n, base, run_dir, network, f"[{i}/{len(planned)}]", started))
             except KeyboardInterrupt:
-                finished = sum(r["status"] == "ok" for r in records)
-                raise KeyboardInterrupt(f"{finished} run(s) of this comparison had finished, run {i} of "
-                                        f"{len(planned)} had not; their folders stay in {run_dir}") from None
+                failed = sum(r["status"] != "ok" for r in records)
+                raise KeyboardInterrupt(f"{len(records)} run(s) of this comparison had finished"
+                                        f"{f' ({failed} of them failed)' if failed else ''}, the next had not; their "
+                                        f"folders stay in {run_dir}") from None
             if arm.launcher != "local":
                 spent[n] = spent.get(n, 0.0) + time.monotonic() - began
 

@@ -254,13 +254,12 @@ def test_an_interrupted_sweep_leaves_no_namespace_link_or_ray_process(base_cfg, 
         while not _ray_processes("--run-id 20mbit") and time.monotonic() < deadline:
             time.sleep(0.5)
         assert time.monotonic() < deadline, "the driver in node 0 never started"
-        time.sleep(3)
         assert netsim.leftovers()["namespaces"], "nothing to tear down yet"
         proc.send_signal(sig)
         proc.wait(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 130, (tmp_path / "output.log").read_text()[-3000:]
+    assert proc.returncode == (143 if sig == signal.SIGTERM else 130), (tmp_path / "output.log").read_text()[-3000:]
     assert "torn down" in (tmp_path / "output.log").read_text()
     assert not _nothing_left()
 

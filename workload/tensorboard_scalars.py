@@ -8,8 +8,11 @@ Every scalar is on one x axis, the optimizer step: the step loss at each step, a
 accuracy, steady-state samples/s and comm share at the epoch's last step.
 """
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from contract import space
 
 TAGS = {"train/step_loss", "test/loss", "test/accuracy", "speed/samples_per_s", "speed/comm_share"}
 
@@ -32,7 +35,15 @@ class Scalars:
         self.writer.add_scalar("test/accuracy", record["test_accuracy"], last)
         self.writer.add_scalar("speed/samples_per_s", record["samples_per_s"], last)
         self.writer.add_scalar("speed/comm_share", record["comm_share"], last)
-        self.writer.flush()  # an epoch is in TensorBoard as soon as it is done, even if the run dies later
+        self._write(self.writer.flush)  # an epoch is in TensorBoard as soon as it is done, even if the run dies later
 
     def close(self) -> None:
-        self.writer.close()
+        self._write(self.writer.close)
+
+    def _write(self, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except OSError as error:
+            if space.is_full(error):
+                raise space.full(self.writer.log_dir, "TensorBoard's scalars") from None
+            raise
