@@ -20,6 +20,7 @@ from workload import faults
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 10
 PROBE_TIMEOUT_S = 5
+STOP_WAIT_S = 5
 # The HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113, section 3.4).
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 HTTP2_SETTINGS = 4
@@ -61,8 +62,9 @@ def run_checkpoints(backend: str, cfg: TrainConfig, options: RayRunOptions) -> t
     return cfg, False
 
 
-def connect(log_file: Path) -> None:
-    """Join RAY_ADDRESS (set inside `ray job submit`), else a `ray start` cluster on this machine, else start one.
+def connect(log_file: Path, address: str | None) -> None:
+    """Join RAY_ADDRESS (set inside `ray job submit`), else a `ray start` cluster on this machine, else start one;
+    `address`: what check_address() decided before anything started.
 
     Ray's and Horovod's own lines go to `log_file`, the project's to the output (cluster/worker_output.py)."""
     import ray
@@ -71,7 +73,6 @@ def connect(log_file: Path) -> None:
     if ray.is_initialized():
         worker_output.take_over()
         return
-    address = check_address()
     # Ray starts workers from its raylet, not from this driver: the test-only fault variable must be passed on.
     fault = {faults.ENV: os.environ[faults.ENV]} if os.environ.get(faults.ENV) else {}
     runtime_env = {"env_vars": fault} if fault else None
@@ -128,11 +129,11 @@ def _start_local(ray: object, runtime_env: dict | None) -> None:
                         "--head` and join it") from None
 
 
-def stop_processes(temp_dir: str | Path, wait_s: float = 5) -> None:
+def stop_processes(temp_dir: str | Path) -> None:
     """Stop the Ray whose session folder is `temp_dir`, by PID: `ray stop` stops every Ray on the host.
 
     Its daemons name the folder on their command lines; its workers and agents are their children. A Ray worker
-    may ignore SIGTERM: what is left after `wait_s` is killed."""
+    may ignore SIGTERM: what is left after STOP_WAIT_S is killed."""
     import psutil
 
     own = [p for p in psutil.process_iter(["cmdline"])
@@ -145,7 +146,7 @@ def stop_processes(temp_dir: str | Path, wait_s: float = 5) -> None:
     for process in family.values():
         with contextlib.suppress(psutil.Error):
             process.terminate()
-    _, alive = psutil.wait_procs(list(family.values()), timeout=wait_s)
+    _, alive = psutil.wait_procs(list(family.values()), timeout=STOP_WAIT_S)
     for process in alive:
         with contextlib.suppress(psutil.Error):
             process.kill()
@@ -257,14 +258,14 @@ def _check_token(address: str, what: str) -> None:
     try:
         with _quiet_stderr():  # Ray's C++ client logs its own line about the refusal
             GcsClient(address=address)
-    except Exception as error:  # noqa: BLE001 - anything but a refused token is ray.init's to report, as before
-        if not isinstance(error, AuthenticationError):
-            return
+    except AuthenticationError:
         if not token_mode:
             raise ConfigError(f"{what} uses token authentication; export RAY_AUTH_MODE=token (Ray reads the token "
                               "from ~/.ray/auth_token)") from None
         raise ConfigError(f"{what} refused this driver's token; put the cluster's token in ~/.ray/auth_token (or "
                           "name its file in RAY_AUTH_TOKEN_PATH)") from None
+    except Exception:  # noqa: BLE001 - anything but a refused token is ray.init's to report, as before
+        return
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from contract import files, space
+from contract import space
 from contract.config import TrainConfig
 
 SCHEMA_VERSION = 1
@@ -98,10 +98,8 @@ def write_json(path: Path, doc: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Standard JSON only: a NaN or Infinity here would be a number no run produced, and strict parsers refuse it.
     text = json.dumps(doc, indent=1, allow_nan=False)
-    with space.or_one_line(path, len(text.encode())) as temporary:
+    with space.atomic_file(path, len(text.encode())) as temporary:
         temporary.write_text(text)
-    files.normal_mode(temporary)
-    os.replace(temporary, path)
 
 
 def read(path: str | Path) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from contract import files
 from contract.errors import RunFailed
 
 
@@ -32,9 +33,10 @@ def full(folder: str | Path, what: str, needed: int | None = None) -> RunFailed:
 
 
 @contextlib.contextmanager
-def or_one_line(path: Path, needed: int) -> Iterator[Path]:
-    """A temporary file beside `path` for the block to write (the caller then renames it into place), removed if the
-    block fails; a full disk ends the run in one line. `needed`: the bytes the write takes, as far as known."""
+def atomic_file(path: Path, needed: int) -> Iterator[Path]:
+    """A temporary file beside `path` for the block to write, renamed into place (with the mode the umask gives)
+    when the block ends, removed if it fails; a full disk ends the run in one line. `needed`: the bytes the write
+    takes, as far as known."""
     name = ""
     try:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -46,3 +48,5 @@ def or_one_line(path: Path, needed: int) -> Iterator[Path]:
         if isinstance(error, OSError) and is_full(error):
             raise full(path.parent, path.name, needed) from None
         raise
+    files.normal_mode(name)
+    os.replace(name, path)

@@ -42,13 +42,13 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
     cfg, retry_only = run_checkpoints(backend, cfg, options)
     # A retry folder left in this output folder by an earlier run is not this run's: nobody asked to resume it.
     resume = None if retry_only else _resume_state(backend, cfg, options)
-    check_address()
+    address = check_address()
     check_local_capacity(cfg.workers, cfg.use_gpu)
     cfg = data.resolve(cfg)
     if resume:
         state, where = resume
         checkpoint.check_resume(state, cfg, where, backend, "ray")  # again, now that `auto` has become a dataset
-    connect(Path(cfg.output_dir) / worker_output.LOG)
+    connect(Path(cfg.output_dir) / worker_output.LOG, address)
     require(cfg.workers, cfg.use_gpu)
     if retry_only:
         shutil.rmtree(cfg.checkpoint_dir, ignore_errors=True)

@@ -94,13 +94,13 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
     preflight.check_config(base)
     on_ray = bool(backends) and "ray" in launcher_names
     if on_ray:
-        check_address()
+        address = check_address()
         check_local_capacity(max(workers), base.use_gpu)
     base = data.resolve(base)
     run_id = run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_dir = root / run_id
     if on_ray:
-        connect(run_dir / worker_output.LOG)  # one Ray cluster for every run; the file opens with the first Ray run
+        connect(run_dir / worker_output.LOG, address)  # one Ray cluster for every run; the file opens with the first Ray run
         require(max(workers), base.use_gpu)
     runs, not_applicable = plan(workers, arms.for_backends(backends, launcher_names, aa), repeats,
                                 emulate_horovod=base.compression != "none" and "horovod" in backends)

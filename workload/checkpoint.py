@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from contract import files, space
+from contract import space
 from contract.config import RESUMABLE_CHANGES, ConfigError, TrainConfig, resume_conflicts
 from contract.results import History
 from workload import faults
@@ -41,13 +41,11 @@ def save(directory: str | Path, module: nn.Module, optimizer: torch.optim.Optimi
     }
     weights = sum(t.numel() * t.element_size() for t in state["model"].values())
     # About the weights twice (SGD's momentum buffer is their size); the exact size is known only once written.
-    with space.or_one_line(directory / FILENAME, 2 * weights) as temporary, temporary.open("wb") as f:
+    with space.atomic_file(directory / FILENAME, 2 * weights) as temporary, temporary.open("wb") as f:
         torch.save(state, f)
         f.flush()
         faults.point("checkpoint", 0, history.last_epoch)  # only rank 0 writes
         os.fsync(f.fileno())
-    files.normal_mode(temporary)
-    os.replace(temporary, directory / FILENAME)
     return directory / FILENAME
 
 
