@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, replace
@@ -117,6 +118,7 @@ def _start_local(ray: object, runtime_env: dict | None) -> None:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
     atexit.register(stop)  # before ray.init registers its own shutdown, so this runs after it
+    _reap_after_this_process(temp_dir)
     try:
         ray.init(log_to_driver=True, runtime_env=runtime_env, _temp_dir=temp_dir)
     except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this one
@@ -127,6 +129,20 @@ def _start_local(ray: object, runtime_env: dict | None) -> None:
         raise RunFailed("the local Ray did not start: its raylet did not register within Ray's 30 s (a busy "
                         "machine); run again when the machine is less busy, or start a cluster with `ray start "
                         "--head` and join it") from None
+
+
+_REAPERS: list[subprocess.Popen] = []
+"""Each holds the write end of a reaper's stdin for as long as this process lives."""
+
+
+def _reap_after_this_process(temp_dir: str) -> None:
+    """cluster/reaper.py, in a session of its own: it stops this Ray when this process ends, even by SIGKILL, which
+    runs no atexit. Its pipe is not inherited by what Ray starts, so only this process's end closes it."""
+    reaper = subprocess.Popen([sys.executable, "-m", "cluster.reaper"], stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    reaper.stdin.write(f"{temp_dir}\n".encode())
+    reaper.stdin.flush()
+    _REAPERS.append(reaper)
 
 
 def stop_processes(temp_dir: str | Path) -> None:

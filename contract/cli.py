@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import MISSING, fields
 
 from contract.config import AFFINITIES, AMP, COMPRESSIONS, DATASETS, ConfigError, TrainConfig
-from contract.errors import DataError, Diverged, PeerLost, RunFailed, launcher_rank
+from contract.errors import DataError, Diverged, PeerLost, RunFailed, launcher_rank, torchrun_restarts_left
 
 CHOICES = {"dataset": DATASETS, "compression": COMPRESSIONS, "amp": AMP, "cpu_affinity": AFFINITIES}
 """Fields that take one of a few names: --help shows them as {a,b,c}; TrainConfig refuses others in one line."""
@@ -25,7 +25,7 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line and exit code 2, like every other user error here."""
 
     def error(self, message: str) -> None:
-        fail(f"{message} (see --help)", 2)
+        fail_unless_restarted(f"{message} (see --help)", 2)
 
 
 _said = False  # whether this process has printed its one line
@@ -36,6 +36,14 @@ def fail(message: str, code: int, every_rank: bool = False) -> None:
     `every_rank` (a lost peer: the rank that would have printed may be the one that died)."""
     say(message, every_rank)
     sys.exit(code)
+
+
+def fail_unless_restarted(message: str, code: int) -> None:
+    """`fail`, but silent while torchrun has restarts left: it restarts every failed attempt, and the same refusal or
+    divergence would end each one with the same line (N+1 times); the attempt it does not restart says it once."""
+    if torchrun_restarts_left() > 0:
+        sys.exit(code)
+    fail(message, code)
 
 
 def say(message: str, every_rank: bool = False, unless_said: bool = False) -> None:
@@ -151,9 +159,10 @@ def run(main: Callable[[], int | None]) -> None:
     end_on_sigterm()
     try:
         code = main()
+    except PeerLost as error:  # each attempt's own news, with the restarts left
+        fail(str(error), EXIT_CODES[PeerLost], every_rank=True)
     except tuple(EXIT_CODES) as error:
-        fail(str(error), next(code for kind, code in EXIT_CODES.items() if isinstance(error, kind)),
-             every_rank=isinstance(error, PeerLost))
+        fail_unless_restarted(str(error), next(code for kind, code in EXIT_CODES.items() if isinstance(error, kind)))
     except KeyboardInterrupt as error:
         how = "ended by SIGTERM" if _terminated else "interrupted (Ctrl-C)"
         # A comparison says which of its runs had finished (ray_jobs/orchestrator.py).

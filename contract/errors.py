@@ -33,3 +33,9 @@ def launcher_rank() -> int:
     name = "RANK" if "TORCHELASTIC_RUN_ID" in os.environ else "HOROVOD_RANK"
     value = os.environ.get(name, "")
     return int(value) if value.isdigit() else 0
+
+
+def torchrun_restarts_left() -> int:
+    """How many more times torchrun (--max-restarts) will start this rank's group after it fails; 0 elsewhere."""
+    return (int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+            - int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0))

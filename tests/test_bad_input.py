@@ -23,7 +23,7 @@ from contract import cli
 from contract.config import TrainConfig
 from contract.results import History
 from launchers import arms
-from tests.conftest import BIN, free_port, run_command, run_module
+from tests.conftest import BIN, data_flags, free_port, run_command, run_module
 from workload import checkpoint
 from workload.model import ConvNet
 
@@ -281,6 +281,21 @@ def test_under_torchrun_a_bad_flag_is_one_line(tmp_path):
                           "--output-dir", str(tmp_path / "out")], timeout=120)
     assert_refused_once_under(result, "--lr must be a finite number")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("flags, needle", [
+    (["--lr", "1e308"], "--lr must be at most"),  # refused before training, on every attempt
+    (["--lr", "1e30", "--epochs", "1", "--max-steps-per-epoch", "25"], "training diverged"),  # diverges on each
+], ids=["refused", "diverged"])
+def test_torchrun_restarts_say_a_repeated_failure_once(base_cfg, tmp_path, flags, needle):
+    # torchrun restarts every failed attempt (here twice): the last attempt, which it does not restart, says it.
+    result = run_command([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
+                          "-m", "native_ddp.train", *data_flags(base_cfg), "--output-dir", str(tmp_path / "out"),
+                          *flags], env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, timeout=240)
+    assert_refused_once_under(result, needle)
+    assert result.stderr.count("failed (exitcode: ") >= 3  # three attempts, not one
+    assert not (tmp_path / "out" / "results.json").exists()
 
 
 @pytest.mark.cluster

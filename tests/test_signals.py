@@ -7,6 +7,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -25,6 +26,22 @@ def _private_rays() -> set[str]:
     return set(glob.glob(PRIVATE_RAY)) | processes
 
 
+def _training_on_its_own_ray(base_cfg, tmp_path) -> subprocess.Popen:
+    """`ray_jobs.train` on a Ray of its own, as a user's first run, once its first training line is out."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PATH=f"{BIN}{os.pathsep}{env['PATH']}", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+    run = subprocess.Popen([sys.executable, "-m", "ray_jobs.train", "--workers", "1", "--epochs", "100",
+                            *data_flags(base_cfg), "--output-dir", str(tmp_path / "out")],
+                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    seen = ""
+    while "Step [" not in seen:  # training has begun: an event, each line bounded
+        assert select.select([run.stdout], [], [], 180)[0], "no training line within 180 s"
+        seen = run.stdout.readline()
+        assert seen, run.stderr.read()[-3000:]
+    return run
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("signum, code, line", [
     (signal.SIGINT, 130, "error: interrupted (Ctrl-C) before the command finished; a run that had not finished "
@@ -34,19 +51,9 @@ def _private_rays() -> set[str]:
 ], ids=["ctrl-c", "sigterm"])
 def test_a_signal_during_training_ends_the_run_in_one_line_and_tears_its_ray_down(base_cfg, tmp_path, signum, code,
                                                                                    line):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own, as a user's first run
-    env.update(PATH=f"{BIN}{os.pathsep}{env['PATH']}", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
     before = _private_rays()
-    run = subprocess.Popen([sys.executable, "-m", "ray_jobs.train", "--workers", "1", "--epochs", "100",
-                            *data_flags(base_cfg), "--output-dir", str(tmp_path / "out")],
-                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
+    run = _training_on_its_own_ray(base_cfg, tmp_path)
     try:
-        seen = ""
-        while "Step [" not in seen:  # training has begun: an event, each line bounded
-            assert select.select([run.stdout], [], [], 180)[0], "no training line within 180 s"
-            seen = run.stdout.readline()
-            assert seen, run.stderr.read()[-3000:]
         # Ctrl-C reaches the terminal's whole process group; a scheduler's SIGTERM the command alone.
         os.killpg(run.pid, signum) if signum == signal.SIGINT else run.send_signal(signum)
         _, err = run.communicate(timeout=120)
@@ -54,6 +61,20 @@ def test_a_signal_during_training_ends_the_run_in_one_line_and_tears_its_ray_dow
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
     assert (run.returncode, err.strip()) == (code, line), err[-3000:]
+    assert _private_rays() == before
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+@pytest.mark.cluster
+def test_a_driver_killed_with_sigkill_leaves_no_ray_behind(base_cfg, tmp_path):
+    """SIGKILL runs nothing of the command's: its reaper (cluster/reaper.py) stops its Ray and removes the folder."""
+    before = _private_rays()
+    run = _training_on_its_own_ray(base_cfg, tmp_path)
+    run.kill()
+    run.communicate(timeout=60)
+    deadline = time.monotonic() + 60  # the reaper's stop waits up to STOP_WAIT_S per straggler
+    while _private_rays() != before and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert _private_rays() == before
     assert not (tmp_path / "out" / "results.json").exists()
 

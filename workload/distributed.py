@@ -12,7 +12,7 @@ from typing import NoReturn
 import torch
 from torch import Tensor
 
-from contract.errors import PeerLost
+from contract.errors import PeerLost, torchrun_restarts_left
 
 # `all_reduce(tensor, op)` with op "sum" or "max" returns the reduced tensor on every rank.
 AllReduce = Callable[[Tensor, str], Tensor]
@@ -78,7 +78,7 @@ def peer_lost(error: BaseException, rank: int, launcher: str, checkpoint_dir: st
     # gloo's text starts with its source location and goes on with advice about other logs: its first sentence.
     reason = re.sub(r"^\[[^\]]*\] ", "", " ".join(str(error).split())).split(". ")[0][:160]
     hint = RESUME_HINTS[launcher] if checkpoint_dir or launcher == "ray" else NO_CHECKPOINT_HINT
-    left = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) - int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    left = torchrun_restarts_left()
     if launcher == "torchrun" and checkpoint_dir and left > 0:
         hint = f"torchrun restarts the workers from the last checkpoint ({left} restart(s) left)"
     return PeerLost(f"rank {rank} lost a peer: another rank died or left "
