@@ -93,17 +93,23 @@ class _Router:
 
     def take_over_forwarding(self) -> bool:
         try:
+            from ray._private import worker as ray_worker
             from ray._private.worker import global_worker_stdstream_dispatcher as dispatcher
         except ImportError:
             return False
         dispatcher.remove_handler(RAY_HANDLER)
         dispatcher.add_handler(RAY_HANDLER, self)
+        if hasattr(ray_worker, "print_to_stdstream"):
+            # The raylet's error messages ("A worker died or was killed …") come apart from the workers' lines: Ray's
+            # error listener prints them, coloured, to stdout through this function, which it looks up at each call.
+            ray_worker.print_to_stdstream = lambda data, ignore_prefix=False: self(data)
         return True
 
     def __call__(self, data: dict[str, Any]) -> None:
         """One batch of forwarded lines from one worker process, in that worker's order."""
         who = data.get("actor_name") or data.get("task_name") or ""
-        prefix = f"({who} pid={data.get('pid')}, ip={data.get('ip')}) "
+        daemon = data.get("pid") in ("autoscaler", "raylet")
+        prefix = f"({data['pid']}) " if daemon and not who else f"({who} pid={data.get('pid')}, ip={data.get('ip')}) "
         lines = data.get("lines", [])
         if data.get("pid") == "autoscaler":  # its status every 5 s: only the events, as Ray itself prints them
             from ray._private.worker import filter_autoscaler_events
@@ -111,7 +117,7 @@ class _Router:
             lines = list(filter_autoscaler_events(lines))
         for line in lines:
             line = ANSI.sub("", line)
-            if data.get("is_err") or data.get("pid") in ("autoscaler", "raylet"):
+            if data.get("is_err") or daemon:
                 self.write(prefix + line + "\n")
             elif line == END:
                 with self.ended:

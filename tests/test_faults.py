@@ -66,6 +66,9 @@ def test_ray_retries_a_killed_worker_bit_for_bit(name, trial_cfg, reference, tmp
     trial = fault_trials.run_trial(name, 1, trial_cfg, tmp_path, reference, "fault")
     assert_survived(trial)
     assert trial.restarts == 1 and trial.starts == 1
+    # The raylet's "A worker died or was killed …" went to ray.log with Ray's other lines, not to the output.
+    output = (tmp_path / "launcher-1.log").read_text()
+    assert "(raylet)" not in output and "worker died" not in output, output[-3000:]
 
 
 def test_ray_survives_a_sigkill_from_outside(trial_cfg, reference, tmp_path, on_test_cluster):
