@@ -4,8 +4,10 @@ Every kill is a real SIGKILL of a training process, placed by the test-only WORK
 (workload/faults.py), or sent from outside (Ray). `python -m ray_jobs.fault_trials` runs the same trials N times.
 """
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import time
 from dataclasses import replace
@@ -152,10 +154,10 @@ def test_not_asked_to_recover_it_fails_in_one_line(name, trial_cfg, tmp_path, re
     _assert_gone(pids)
 
 
-def _assert_gone(pids: Path, bound_s: float = 30) -> None:
-    """Every training process the run started has exited, within `bound_s`."""
+def _assert_gone(pids: Path, bound_s: float = 30, ranks: tuple[str, ...] = ()) -> None:
+    """Every training process the run started (or those of `ranks`) has exited, within `bound_s`."""
     deadline = time.monotonic() + bound_s
-    for pid_file in pids.glob("rank*.pid"):
+    for pid_file in [pids / f"{rank}.pid" for rank in ranks] or pids.glob("rank*.pid"):
         pid = int(pid_file.read_text())
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -184,6 +186,41 @@ def test_a_stuck_peer_ends_the_run_within_the_bound(where, phase, trial_cfg, tmp
     assert result.returncode != 0
     assert "no progress for" in result.stderr and phase in result.stderr, result.stderr[-3000:]
     assert not (tmp_path / "out" / results.FILENAME).exists()
+
+
+@pytest.mark.parametrize("name", ["torchrun", "ray-native"])
+def test_a_stopped_rank_is_the_one_named(name, trial_cfg, tmp_path, request):
+    """Rank 1 is stopped (SIGSTOP: alive, frozen whole); rank 0 waits in a collective until its bound. The line names
+    rank 1, not rank 0 that ended itself (Ray named rank 0), and what rank 0 was doing."""
+    if name.startswith("ray"):
+        request.getfixturevalue("on_test_cluster")
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    arm = ARMS[name]
+    cfg = replace(trial_cfg, stall_timeout_s=10, output_dir=str(tmp_path / "out"))
+    proc = subprocess.Popen(arms.command(arm, cfg), env={**arms.environment(arm), faults.ENV: f"pids={pids}"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    stopped = 0
+    try:
+        deadline = time.monotonic() + 240
+        while not (pids / "epoch1.done").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "epoch 1 never finished"
+            time.sleep(0.1)
+        stopped = int((pids / "rank1.pid").read_text())
+        os.kill(stopped, signal.SIGSTOP)
+        _assert_gone(pids, bound_s=cfg.stall_timeout_s + 60, ranks=("rank0",))  # its watchdog ended it
+        os.kill(stopped, signal.SIGKILL)  # a stopped process keeps a launcher's SIGTERM pending: not the test's wait
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            if stopped:
+                os.kill(stopped, signal.SIGKILL)
+    ours = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert proc.returncode != 0 and len(ours) == 1, output[-3000:]
+    assert ours[0].startswith("error: rank 0 made no progress for ") and "no sign of life from rank 1 (" in ours[0], ours
+    assert not (tmp_path / "out" / ".heartbeats").exists()
 
 
 def test_a_killed_torchrun_agent_leaves_no_rank_behind(trial_cfg, tmp_path):

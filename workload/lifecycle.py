@@ -44,10 +44,11 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
         say_when_ended(launcher, cfg)
     # From before the group exists: a peer that dies while it forms must not leave this rank waiting for gloo's
     # 30-minute default.
-    with Watchdog(cfg.stall_timeout_s) as watchdog:
+    with Watchdog(cfg.stall_timeout_s, cfg.output_dir, report=on_ray) as watchdog:
         if not on_ray:
             faults.point("init", launcher_rank())
         ctx = framework.init(cfg)
+        watchdog.joined(ctx.rank, ctx.world_size)
         cores.pin(ctx.rank, ctx.world_size, cfg.cpu_affinity)  # after init: the framework's threads exist by now
         watchdog.kick("starting")
         cli.setup_logging(ctx.rank)
@@ -59,6 +60,8 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
             if not framework.lost_peer(error):
                 raise
             lost = peer_lost(error, ctx.rank, launcher, cfg.checkpoint_dir)
+            if stalled := watchdog.named_stall():  # not lost: a peer stopped, and the group's timeout ran out
+                lost = PeerLost(f"{stalled}; ending this rank")
             if on_ray:
                 leave(lost)
             # The line first, then the group's shutdown: torchrun and horovodrun end this rank soon after its peer.

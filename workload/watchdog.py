@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+from contract import stall_report
 from workload.tools import Tool
 
 log = logging.getLogger(__name__)
@@ -22,9 +23,16 @@ STALL_EXIT_CODE = 3
 
 
 class Watchdog(Tool):
-    def __init__(self, timeout_s: float, phase: str = "joining the process group") -> None:
+    def __init__(self, timeout_s: float, output_dir: str = "", report: bool = False,
+                 phase: str = "joining the process group") -> None:
+        """`output_dir`: where the ranks show they are alive (contract/stall_report.py); `report`: leave the stall's
+        line there for the driver (Ray)."""
         self.timeout_s = timeout_s
+        self.output_dir, self.report = output_dir, report
         self.phase = phase
+        self.rank: int | None = None
+        self.world_size = 1
+        self._beating = False
         self._last = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="stall-watchdog", daemon=True)
@@ -36,6 +44,12 @@ class Watchdog(Tool):
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        if self._beating:
+            stall_report.gone(self.output_dir, self.rank)
+
+    def joined(self, rank: int, world_size: int) -> None:
+        """The group has formed: this rank's number, so that its heartbeat and its stall line can name it."""
+        self.rank, self.world_size = rank, world_size
 
     def kick(self, phase: str = "training") -> None:
         """Progress was made (the group formed, a step, an evaluation or a checkpoint finished); `phase` is next."""
@@ -56,9 +70,30 @@ class Watchdog(Tool):
 
     def _watch(self) -> None:
         while not self._stop.wait(min(1.0, self.timeout_s / 4)):
-            idle = time.monotonic() - self._last
-            if idle > self.timeout_s:
-                message = (f"error: no progress for {idle:.0f} s while {self.phase} (--stall-timeout-s "
-                           f"{self.timeout_s:g}); a peer has stalled or died, ending this rank")
-                print(message, file=sys.stderr, flush=True)
+            if self.rank is not None and self.output_dir:
+                # The folder is made once: after a stall removed it, the other ranks' beats do not bring it back.
+                self._beating = stall_report.beat(self.output_dir, self.rank, make=not self._beating)
+            if time.monotonic() - self._last > self.timeout_s:
+                line = self._line()
+                if self.output_dir:
+                    stall_report.leave(self.output_dir, line if self.report else "")
+                print(f"error: {line}; ending this rank", file=sys.stderr, flush=True)
                 os._exit(STALL_EXIT_CODE)
+
+    def named_stall(self) -> str:
+        """After a collective failed: the stall line if a peer has gone quiet (the group's own timeout, which Ray sets
+        to this bound, ran out first), left for the driver under Ray; '' when no peer is known to be quiet."""
+        if self.rank is None or not self.output_dir or not stall_report.quiet_peers(self.output_dir, self.rank,
+                                                                                    self.world_size):
+            return ""
+        line = self._line()
+        stall_report.leave(self.output_dir, line if self.report else "")
+        return line
+
+    def _line(self) -> str:
+        known = self.rank is not None and self.output_dir
+        who = stall_report.who_stalled(self.output_dir, self.rank, self.world_size) if known else \
+            "a peer has stalled or died"
+        return (f"{'this rank' if self.rank is None else f'rank {self.rank}'} made no progress for "
+                f"{time.monotonic() - self._last:.0f} s while {self.phase} (--stall-timeout-s {self.timeout_s:g}); "
+                f"{who}")

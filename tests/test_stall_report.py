@@ -1,0 +1,45 @@
+"""Which rank stalled, from the ranks' heartbeats (contract/stall_report.py): no process, no cluster."""
+
+import os
+import time
+
+from contract import stall_report
+
+
+def _beat(out, rank: int, age_s: float) -> None:
+    stall_report.beat(str(out), rank, make=True)
+    then = time.time() - age_s
+    os.utime(stall_report.folder(str(out)) / f"rank{rank}", (then, then))
+
+
+def test_the_quiet_peer_is_named_and_a_live_one_is_not(tmp_path):
+    _beat(tmp_path, 0, 0)
+    _beat(tmp_path, 1, 12)
+    _beat(tmp_path, 2, 1)
+    assert stall_report.quiet_peers(str(tmp_path), 0, 3).keys() == {1}
+    assert stall_report.who_stalled(str(tmp_path), 0, 3) == "no sign of life from rank 1 (12 s): stopped, frozen or gone"
+    # Another host's peer, without a shared folder, has no file: nothing is claimed about it.
+    assert stall_report.who_stalled(str(tmp_path), 0, 4).startswith("no sign of life from rank 1 (")
+    assert stall_report.who_stalled(str(tmp_path), 1, 3) == "a peer has stalled or died"
+
+
+def test_nothing_is_made_outside_an_output_folder_that_does_not_exist(tmp_path):
+    assert not stall_report.beat(str(tmp_path / "not-yet"), 0, make=True)
+    assert not (tmp_path / "not-yet").exists()
+
+
+def test_the_driver_takes_the_line_and_the_folder_goes(tmp_path):
+    _beat(tmp_path, 0, 0)
+    stall_report.leave(str(tmp_path), "rank 0 made no progress for 10 s while training")
+    assert stall_report.take(str(tmp_path)) == "rank 0 made no progress for 10 s while training"
+    assert not stall_report.folder(str(tmp_path)).exists()
+    assert stall_report.take(str(tmp_path)) == ""
+
+
+def test_a_rank_that_ends_removes_its_file_and_the_last_the_folder(tmp_path):
+    _beat(tmp_path, 0, 0)
+    _beat(tmp_path, 1, 0)
+    stall_report.gone(str(tmp_path), 0)
+    assert stall_report.folder(str(tmp_path)).exists()
+    stall_report.gone(str(tmp_path), 1)
+    assert not stall_report.folder(str(tmp_path)).exists()
