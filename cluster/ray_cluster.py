@@ -75,13 +75,13 @@ def connect(log_file: Path, address: str | None) -> None:
         worker_output.take_over()
         return
     # Ray starts workers from its raylet, not from this driver: the test-only fault variable must be passed on.
-    fault = {faults.ENV: os.environ[faults.ENV]} if os.environ.get(faults.ENV) else {}
-    runtime_env = {"env_vars": fault} if fault else None
+    env_vars = {faults.ENV: os.environ[faults.ENV]} if os.environ.get(faults.ENV) else {}
     try:
         if _starts_a_local_ray():
-            _start_local(ray, runtime_env)
+            _start_local(ray, env_vars)
         else:
-            ray.init(address, log_to_driver=True, runtime_env=runtime_env)
+            env_vars.update(_cluster_for_actors(address))
+            ray.init(address, log_to_driver=True, runtime_env={"env_vars": env_vars} if env_vars else None)
     except ConnectionError as error:
         message = " ".join(str(error).split())
         # Seen with Ray 2.60: `ray start` turns token authentication on when ~/.ray/auth_token exists, and a
@@ -104,7 +104,27 @@ def _starts_a_local_ray() -> bool:
         return False
 
 
-def _start_local(ray: object, runtime_env: dict | None) -> None:
+def free_port() -> int:
+    """A loopback TCP port that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cluster_for_actors(address: str | None) -> dict[str, str]:
+    """RAY_ADDRESS for the actors Ray Train starts: its placement-group cleaner asks Ray's state API, which, without
+    it, looks for the Ray on this machine and fails with "Found multiple active Ray instances" when there are several
+    (a traceback in ray.log every run on a shared machine)."""
+    try:
+        from ray._private import services
+
+        gcs = services.canonicalize_bootstrap_address(address)
+    except Exception:  # noqa: BLE001 - a private function: without it the actors find the cluster as before
+        return {}
+    return {"RAY_ADDRESS": gcs} if gcs else {}
+
+
+def _start_local(ray: object, env_vars: dict[str, str]) -> None:
     """A Ray for this process alone, its session files in a folder of its own that goes when the process ends.
 
     ray.init's own session folder, /tmp/ray/session_*, is never removed (about 2 MB a run). Ray keeps its secure
@@ -120,7 +140,11 @@ def _start_local(ray: object, runtime_env: dict | None) -> None:
     atexit.register(stop)  # before ray.init registers its own shutdown, so this runs after it
     _reap_after_this_process(temp_dir)
     try:
-        ray.init(log_to_driver=True, runtime_env=runtime_env, _temp_dir=temp_dir)
+        # Its GCS port is Ray's choice, its dashboard's ours: the address of Ray's state API for its actors (see
+        # _cluster_for_actors), known before it starts.
+        port = free_port()
+        ray.init(log_to_driver=True, _temp_dir=temp_dir, dashboard_port=port, runtime_env={
+            "env_vars": {**env_vars, "RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{port}"}})
     except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this one
         if "timed out during startup" not in str(error):
             raise

@@ -90,6 +90,18 @@ def test_auto_tells_a_ray_start_cluster_from_a_program_s_private_ray(ray_cluster
         shutil.rmtree(ray_dir, ignore_errors=True)
 
 
+def test_a_run_on_a_shared_machine_leaves_ray_s_state_api_error_out(ray_cluster, token_cluster, base_cfg, tmp_path):
+    """Two Rays on the machine (the session's, the token one): Ray Train's placement-group cleaner asked Ray's state
+    API without an address, and every run's ray.log held "Found multiple active Ray instances"."""
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.address, "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-m", "ray_jobs.train", "--workers", "1", "--epochs", "1",
+                           "--max-steps-per-epoch", "10", *data_flags(base_cfg), "--output-dir", str(tmp_path / "out")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ray_log = (tmp_path / "out" / "ray.log").read_text()
+    assert "PlacementGroupCleaner" not in ray_log and "multiple active Ray instances" not in ray_log, ray_log[-3000:]
+
+
 def short_dir() -> Path:
     """A Ray temp folder short enough for its socket paths (at most 107 bytes), unlike pytest's."""
     return Path(tempfile.mkdtemp(prefix="ray-test-", dir="/tmp"))

@@ -45,7 +45,9 @@ def _foreign(output: str) -> list[str]:
 
 
 @pytest.mark.cluster
-def test_a_default_run_on_its_own_local_ray_prints_our_lines_and_leaves_nothing_behind(base_cfg, tmp_path):
+def test_a_default_run_on_its_own_local_ray_prints_our_lines_and_leaves_nothing_behind(ray_cluster, base_cfg,
+                                                                                       tmp_path):
+    # ray_cluster: another Ray on the machine, as on a shared workstation; this run starts one of its own.
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # no cluster to join: it starts its own
     env.update(PATH=f"{BIN}{os.pathsep}{env['PATH']}", RAY_USAGE_STATS_ENABLED="0")
@@ -65,6 +67,7 @@ def test_a_default_run_on_its_own_local_ray_prints_our_lines_and_leaves_nothing_
     assert last_epoch < next(i for i, line in enumerate(lines) if line.startswith("native via ray")), output
     ray_log = (out / "ray.log").read_text()
     assert "RayTrainWorker pid=" in ray_log and "\x1b[" not in ray_log, ray_log[-3000:]
+    assert "multiple active Ray instances" not in ray_log, ray_log[-3000:]  # Ray Train's cleaner found its Ray
     assert _footprint() - before == set()
     # Ray Train's folder for this run lived in the output folder while it ran, and went with the run.
     assert not (out / ".ray-train").exists()
