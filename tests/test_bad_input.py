@@ -284,16 +284,13 @@ def test_under_torchrun_a_bad_flag_is_one_line(tmp_path):
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("flags, needle", [
-    (["--lr", "1e308"], "--lr must be at most"),  # refused before training, on every attempt
-    (["--lr", "1e30", "--epochs", "1", "--max-steps-per-epoch", "25"], "training diverged"),  # diverges on each
-], ids=["refused", "diverged"])
-def test_torchrun_restarts_say_a_repeated_failure_once(base_cfg, tmp_path, flags, needle):
-    # torchrun restarts every failed attempt (here twice): the last attempt, which it does not restart, says it.
+def test_torchrun_restarts_say_a_repeated_failure_once(base_cfg, tmp_path):
+    # torchrun restarts every failed attempt (here twice): the last attempt, which it does not restart, says it. A
+    # divergence takes the same path (contract/cli.py), only later in each attempt.
     result = run_command([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
                           "-m", "native_ddp.train", *data_flags(base_cfg), "--output-dir", str(tmp_path / "out"),
-                          *flags], env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, timeout=240)
-    assert_refused_once_under(result, needle)
+                          "--lr", "1e308"], env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, timeout=240)
+    assert_refused_once_under(result, "--lr must be at most")
     assert result.stderr.count("failed (exitcode: ") >= 3  # three attempts, not one
     assert not (tmp_path / "out" / "results.json").exists()
 
