@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -77,11 +78,12 @@ def connect(log_file: Path, address: str | None) -> None:
     # Ray starts workers from its raylet, not from this driver: the test-only fault variable must be passed on.
     env_vars = {faults.ENV: os.environ[faults.ENV]} if os.environ.get(faults.ENV) else {}
     try:
-        if _starts_a_local_ray():
-            _start_local(ray, env_vars)
-        else:
-            env_vars.update(_cluster_for_actors(address))
-            ray.init(address, log_to_driver=True, runtime_env={"env_vars": env_vars} if env_vars else None)
+        with _sigterm_stays_ours():
+            if _starts_a_local_ray():
+                _start_local(ray, env_vars)
+            else:
+                env_vars.update(_cluster_for_actors(address))
+                ray.init(address, log_to_driver=True, runtime_env={"env_vars": env_vars} if env_vars else None)
     except ConnectionError as error:
         message = " ".join(str(error).split())
         # Seen with Ray 2.60: `ray start` turns token authentication on when ~/.ray/auth_token exists, and a
@@ -89,8 +91,26 @@ def connect(log_file: Path, address: str | None) -> None:
         hint = ("export RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token)" if "auth" in message.lower()
                 else "check that RAY_ADDRESS names the head node's GCS port (`ray status` there shows it)")
         raise ConfigError(f"could not join the Ray cluster ({message[:300]}); {hint}") from None
-    cli.end_on_sigterm()  # ray.init's own handler exits with 15 and no line
     worker_output.take_over()
+
+
+@contextlib.contextmanager
+def _sigterm_stays_ours() -> Iterator[None]:
+    """ray.init installs SIGTERM handlers of its own as it runs: the driver's exits with 15 and no line, a local
+    node's drains for up to a minute and exits with 1 (both seen). The command's own handler stays (contract/cli.py):
+    one line, 143, and what started is torn down by this process's exit."""
+    try:
+        from ray._private import utils
+    except ImportError:
+        yield
+        return
+    real = utils.set_sigterm_handler
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = real
+    cli.end_on_sigterm()  # where Ray set its handler some other way
 
 
 def _starts_a_local_ray() -> bool:

@@ -43,6 +43,37 @@ def free_space(path: str | Path, flag: str, needed: int, what: str) -> None:
                           f"there ({what}); free some space or choose another folder")
 
 
+LOADED_DIGIT_BYTES = 28 * 28 * 4 + 8
+"""One digit as each process holds it once loaded: float32 pixels and an int64 label."""
+FILE_DIGIT_BYTES = 2 * (28 * 28 + 1)
+"""One synthetic digit on disk: its IDX bytes, and at most as much again for the .gz copy torchvision expects."""
+
+
+def synthetic_file_bytes(cfg: TrainConfig) -> int:
+    return (cfg.synthetic_train_size + cfg.synthetic_test_size) * FILE_DIGIT_BYTES
+
+
+def synthetic_memory(cfg: TrainConfig) -> None:
+    """Synthetic digits too many for this machine's memory (seen: --synthetic-train-size 1e12 ended in numpy's
+    MemoryError traceback, its data folder left behind)."""
+    digits = cfg.synthetic_train_size + cfg.synthetic_test_size
+    if (available := _available_memory()) and digits * LOADED_DIGIT_BYTES > available:
+        raise ConfigError(f"{digits:,} synthetic digits need about {space.size(digits * LOADED_DIGIT_BYTES)} of memory "
+                          f"in each process that loads them, and this machine has {space.size(available)} available; "
+                          "lower --synthetic-train-size or --synthetic-test-size")
+
+
+def _available_memory() -> int:
+    """MemAvailable from /proc/meminfo, in bytes; 0 where it cannot be read (no check then)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def check_name(name: str | None, flag: str = "--name") -> None:
     """A run name becomes one folder name under the storage path."""
     if name is None:
@@ -94,3 +125,4 @@ def check_config(cfg: TrainConfig) -> None:
                    "two checkpoints while one replaces the other")
     if cfg.dataset == "synthetic":
         check_epoch_length(cfg, cfg.synthetic_train_size)
+        synthetic_memory(cfg)

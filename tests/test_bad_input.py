@@ -55,6 +55,7 @@ SETUPS = {
     "corrupt-comparison": lambda ws: write_file(ws / "run" / "comparison.json", b'{"run_id": "x", "settings": {'),
     "empty-comparison": lambda ws: write_file(ws / "run" / "comparison.json", b"{}"),
     "binary-comparison": lambda ws: write_file(ws / "run" / "comparison.json", b"\xff\xfe\x00garbage"),
+    "idx-folder": lambda ws: (ws / "mnist" / "MNIST" / "raw" / "train-images-idx3-ubyte").mkdir(parents=True),
 }
 
 
@@ -179,6 +180,11 @@ TABLE = [
     case("native_ddp.train", [*SYNTHETIC, "--checkpoint-dir", "{ws}/a-file"], "--checkpoint-dir"),
     # Data and cluster.
     case("ray_jobs.train", ["--dataset", "mnist", "--data-dir", "{ws}/mnist"], "could not be downloaded"),
+    case("ray_jobs.train", ["--dataset", "mnist", "--data-dir", "{ws}/mnist"], "train-images-idx3-ubyte is not a file",
+         "idx-folder"),
+    # Seen: numpy's MemoryError traceback, and the data folder left behind.
+    case("ray_jobs.train", [*SYNTHETIC, "--synthetic-train-size", "1000000000000"],
+         "synthetic digits need about"),
     case("ray_jobs.train", SYNTHETIC, "answers, but not as a Ray cluster", env="not-ray"),
     case("ray_jobs.train", SYNTHETIC, "cannot reach the Ray cluster", env="closed-port"),
     case("ray_jobs.train", SYNTHETIC, "cannot reach the Ray cluster recorded in", env="stale-record"),

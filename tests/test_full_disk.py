@@ -30,6 +30,18 @@ def tiny_disk(tmp_path):
         subprocess.run(["umount", str(disk)], check=True)
 
 
+def test_a_data_folder_without_room_for_the_synthetic_digits_is_refused_before_they_are_made(tiny_disk, tmp_path,
+                                                                                             monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["ray_jobs.train", *SYNTHETIC, "--data-dir", str(tiny_disk / "data"),
+                                      "--output-dir", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as exited:
+        cli.run(ENTRY_POINTS["ray_jobs.train"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    assert f"--data-dir {tiny_disk / 'data' / 'synthetic'} has 4.0 kB free; this run needs about" in err
+    assert not (tiny_disk / "data").exists() and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("entry", ["ray_jobs.train", "native_ddp.train", "horovod_ddp.train"])
 def test_an_output_folder_without_room_is_refused_before_anything_starts(entry, tiny_disk, tmp_path, monkeypatch,
                                                                          capsys):

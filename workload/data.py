@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from contract import files
 from contract.config import TrainConfig
 from contract.errors import DataError
-from contract.preflight import check_epoch_length
+from contract.preflight import check_epoch_length, free_space, synthetic_file_bytes
 
 if TYPE_CHECKING:  # torch is imported when data is loaded: resolve() and the CLIs that call it stay light
     from torch.utils.data import TensorDataset
@@ -87,6 +87,8 @@ def write_synthetic(cfg: TrainConfig) -> Path:
     raw = root / "MNIST" / "raw"
     if all((raw / name).exists() for pair in SPLIT_FILES.values() for name in pair):
         return root
+    free_space(root.parent, "--data-dir", synthetic_file_bytes(cfg),
+               "the synthetic digits' IDX files and their .gz copies")
     root.parent.mkdir(parents=True, exist_ok=True)
     # Build in a scratch folder and rename it into place: processes racing here never see half a dataset.
     scratch = Path(tempfile.mkdtemp(prefix=".partial-", dir=root.parent))
@@ -183,6 +185,8 @@ def _validate_idx(raw: Path, split: str) -> None:
 def _idx_dims(path: Path, magic: int) -> tuple[int, ...]:
     if not path.exists():
         raise DataError(f"missing {path}")
+    if not path.is_file():
+        raise DataError(f"{path} is not a file")
     with path.open("rb") as f:
         header = f.read(4)
         if len(header) < 4 or struct.unpack(">I", header)[0] != magic:
