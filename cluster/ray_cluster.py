@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cluster import worker_output
 from contract import cli
-from contract.config import ConfigError, TrainConfig
+from contract.config import ConfigError, TrainConfig, require_path
 from contract.errors import RunFailed
 from workload import faults
 
@@ -38,6 +38,8 @@ class RayRunOptions:
     """Restarts from the last checkpoint after a worker failure (Ray's FailureConfig)."""
 
     def __post_init__(self) -> None:
+        if self.storage_path is not None:
+            require_path(self.storage_path, "--storage-path")
         if self.max_failures < 0:
             raise ConfigError(f"--max-failures must be >= 0, got {self.max_failures}")
 

@@ -17,6 +17,7 @@ COMPRESSIONS = ("none", "fp16", "bf16")
 AMP = ("none", "bf16", "fp16")
 AFFINITIES = ("core", "none")
 FLOAT32_MAX = 3.4028234663852886e38
+MAX_MODEL_WIDTH = 64
 MAX_SEED = 2**32 - 1
 
 
@@ -146,6 +147,9 @@ class TrainConfig:
         if self.cpu_affinity == "core" and self.threads_per_worker > 1:
             raise ConfigError(f"--cpu-affinity core pins each rank to one core, where --threads-per-worker "
                               f"{self.threads_per_worker} would share it; use one of them")
+        if self.model_width > MAX_MODEL_WIDTH:
+            # conv2 grows as width²: width 64 is already ~60 M parameters (seen: 100000 asked for 512 TB in a rank).
+            raise ConfigError(f"--model-width must be at most {MAX_MODEL_WIDTH}, got {self.model_width}")
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
         if self.dataset not in DATASETS:

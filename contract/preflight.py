@@ -80,6 +80,9 @@ def check_name(name: str | None, flag: str = "--name") -> None:
         return
     if not name or name in (".", "..") or "/" in name or "\0" in name:
         raise ConfigError(f"{flag} {name!r} must be a plain folder name (no '/'); choose another name")
+    if not name.isascii():
+        # Seen: Ray Train failed 22 s in with a UnicodeEncodeError for 'my run ✓', and left its folder.
+        raise ConfigError(f"{flag} {name!r} must be ASCII (Ray Train fails on other names); choose another name")
     if len(name.encode()) > NAME_MAX:
         raise ConfigError(f"{flag} is {len(name.encode())} bytes long; filesystems allow {NAME_MAX}; "
                           "choose a shorter name")

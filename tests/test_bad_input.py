@@ -56,7 +56,17 @@ SETUPS = {
     "empty-comparison": lambda ws: write_file(ws / "run" / "comparison.json", b"{}"),
     "binary-comparison": lambda ws: write_file(ws / "run" / "comparison.json", b"\xff\xfe\x00garbage"),
     "idx-folder": lambda ws: (ws / "mnist" / "MNIST" / "raw" / "train-images-idx3-ubyte").mkdir(parents=True),
+    "truncated-synthetic": lambda ws: truncated_synthetic(ws / "data"),
 }
+
+
+def truncated_synthetic(data_dir: Path) -> None:
+    """Synthetic digits made earlier in `data_dir`, then cut short (seen: refused 27 s in, by the workers)."""
+    from workload import data
+
+    cfg = TrainConfig(dataset="synthetic", data_dir=str(data_dir), synthetic_train_size=1000, synthetic_test_size=200)
+    images = data.write_synthetic(cfg) / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    images.write_bytes(images.read_bytes()[:1000])
 
 
 class NotRay(http.server.BaseHTTPRequestHandler):
@@ -182,6 +192,11 @@ TABLE = [
     case("ray_jobs.train", ["--dataset", "mnist", "--data-dir", "{ws}/mnist"], "could not be downloaded"),
     case("ray_jobs.train", ["--dataset", "mnist", "--data-dir", "{ws}/mnist"], "train-images-idx3-ubyte is not a file",
          "idx-folder"),
+    case("ray_jobs.train", [*SYNTHETIC, "--synthetic-train-size", "1000", "--synthetic-test-size", "200"],
+         "truncated, 1000 bytes where its header promises", "truncated-synthetic"),
+    case("ray_jobs.train", [*SYNTHETIC, "--model-width", "100000"], "--model-width must be at most 64"),
+    case("ray_jobs.train", [*SYNTHETIC, "--name", "x", "--storage-path", ""], "--storage-path is empty"),
+    case("ray_jobs.train", [*SYNTHETIC, "--name", "my run \u2713"], "must be ASCII"),
     # Seen: numpy's MemoryError traceback, and the data folder left behind.
     case("ray_jobs.train", [*SYNTHETIC, "--synthetic-train-size", "1000000000000"],
          "synthetic digits need about"),

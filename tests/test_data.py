@@ -144,3 +144,16 @@ def test_auto_uses_real_mnist_files_when_present(broken, caplog):
         cfg = data.resolve(replace(broken, dataset="auto"))
     assert cfg.dataset == "mnist" and caplog.messages[0].startswith("dataset: MNIST from")
     assert len(data.load(cfg).train) == broken.synthetic_train_size
+
+
+def test_synthetic_digits_cut_short_leave_no_folder_behind(tmp_path, monkeypatch):
+    """SIGTERM (or a full disk) while the digits are made: nothing of them stays (seen: an empty synthetic/)."""
+    def interrupted(count, seed, chunk=256):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(synthetic, "generate", interrupted)
+    cfg = TrainConfig(dataset="synthetic", data_dir=str(tmp_path / "data"), synthetic_train_size=500,
+                      synthetic_test_size=100)
+    with pytest.raises(KeyboardInterrupt):
+        data.write_synthetic(cfg)
+    assert not (tmp_path / "data").exists()

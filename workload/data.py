@@ -86,9 +86,15 @@ def write_synthetic(cfg: TrainConfig) -> Path:
     root = mnist_root(replace(cfg, dataset="synthetic"))
     raw = root / "MNIST" / "raw"
     if all((raw / name).exists() for pair in SPLIT_FILES.values() for name in pair):
+        for split in SPLIT_FILES:  # made here earlier, then cut short or changed: refused now, not in the workers
+            try:
+                _validate_idx(raw, split)
+            except DataError as problem:
+                raise DataError(f"{problem}; delete {root} and it is made again") from None
         return root
     free_space(root.parent, "--data-dir", synthetic_file_bytes(cfg),
                "the synthetic digits' IDX files and their .gz copies")
+    made = [p for p in (root.parent, *root.parent.parents) if not p.exists()]
     root.parent.mkdir(parents=True, exist_ok=True)
     # Build in a scratch folder and rename it into place: processes racing here never see half a dataset.
     scratch = Path(tempfile.mkdtemp(prefix=".partial-", dir=root.parent))
@@ -110,6 +116,10 @@ def write_synthetic(cfg: TrainConfig) -> Path:
                 raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        if not raw.exists():  # cut short (SIGTERM, a full disk): the folders made for it go too, where empty
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
     return root
 
 
