@@ -2,8 +2,11 @@
 
 import argparse
 import ast
+import contextlib
+import errno
 import inspect
 import logging
+import os
 import signal
 import sys
 import threading
@@ -119,6 +122,20 @@ class _StdoutHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, value: object) -> None:
         pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if sys.stdout is not None:  # None: started with stdout closed (`>&-`)
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        # A reader that went away (`| head -1`) or a closed stdout: the run goes on and writes its results, its lines
+        # dropped, rather than logging's traceback for every line (seen: 84 of them).
+        error = sys.exc_info()[1]
+        if isinstance(error, BrokenPipeError) or (isinstance(error, OSError) and error.errno == errno.EBADF):
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and no error at exit's flush
+            return
+        super().handleError(record)
 
 
 def setup_logging(rank: int = 0) -> None:

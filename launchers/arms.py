@@ -120,6 +120,22 @@ def environment(arm: Arm) -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", **(TORCHRUN_ENV if arm.launcher == "torchrun" else {})}
 
 
+def wait(launcher: subprocess.Popen, timeout: float | None = None) -> int:
+    """Wait for a launcher started in a session of its own; on Ctrl-C or SIGTERM (KeyboardInterrupt here) send its
+    session SIGTERM first, so that the launcher ends its ranks, then raise. subprocess.run would SIGKILL it, and
+    torchrun's ranks, in sessions of their own, would train on (seen: a fault trial's rerun wrote its results after
+    the command had exited)."""
+    try:
+        return launcher.wait(timeout=timeout)
+    except KeyboardInterrupt:
+        os.killpg(launcher.pid, signal.SIGTERM)
+        try:
+            launcher.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        raise
+
+
 def _run_command(arm: Arm, cfg: TrainConfig) -> None:
     """The command a user would type, its output kept in <output-dir>/launcher.log rather than mixed into ours."""
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
@@ -129,15 +145,7 @@ def _run_command(arm: Arm, cfg: TrainConfig) -> None:
         # ranks: subprocess.run would SIGKILL it, and torchrun's ranks, in sessions of their own, would train on.
         done = subprocess.Popen(command(arm, cfg), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=environment(arm), start_new_session=True)
-        try:
-            done.wait()
-        except KeyboardInterrupt:
-            os.killpg(done.pid, signal.SIGTERM)
-            try:
-                done.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(done.pid, signal.SIGKILL)
-            raise
+        wait(done)
     if done.returncode:
         lines = [line for line in log_path.read_text(errors="replace").splitlines() if "error" in line.lower()]
         raise RuntimeError(f"{arm.launcher} exited with {done.returncode}: "

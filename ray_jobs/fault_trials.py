@@ -129,7 +129,7 @@ def _launch(name: str, cfg: TrainConfig, folder: Path, fault: str, attempt: int)
 
 def _wait(process: subprocess.Popen) -> int:
     try:
-        return process.wait(timeout=TIMEOUT_S)
+        return arms.wait(process, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)  # the whole session: the launcher and every worker it started
         process.wait()

@@ -156,3 +156,17 @@ def test_help_imports_no_framework(entry):
     assert done.stdout.splitlines()[-1] == "IMPORTED", done.stdout.splitlines()[-1]
     assert "`" not in done.stdout  # plain text, not Markdown
     assert "--dataset" not in done.stdout or "{auto,mnist,synthetic}" in done.stdout  # choices shown as choices
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("how", ["| head -1", ">&-"], ids=["piped-into-head", "stdout-closed"])
+def test_a_reader_that_goes_away_costs_no_traceback_and_no_result(base_cfg, tmp_path, how):
+    """Seen: 84 (piped into head) and 109 (stdout closed) lines of logging's "--- Logging error ---" tracebacks."""
+    out = tmp_path / "out"
+    command = (f"{BIN / 'torchrun'} --standalone --nproc-per-node 1 -m native_ddp.train {' '.join(data_flags(base_cfg))} "
+               f"--epochs 1 --max-steps-per-epoch 10 --output-dir {out} 2>{tmp_path / 'err'} {how}")
+    done = subprocess.run(["bash", "-c", f"set -o pipefail; {command}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    err = (tmp_path / "err").read_text()
+    assert done.returncode == 0 and "Traceback" not in err and "Logging error" not in err, err[-3000:]
+    assert (out / results.FILENAME).exists()

@@ -1,5 +1,6 @@
 """The one place that knows rank, world size and device. Backends build a DistContext once and pass it in."""
 
+import contextlib
 import logging
 import os
 import re
@@ -60,8 +61,9 @@ def exit_now(code: int) -> NoReturn:
     """End this process at once, its logs and output flushed, skipping the interpreter's teardown and every
     `finally` (a group shutdown that would wait on a dead peer, a profiler that aborts at exit)."""
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # closed, or None when started closed
+            stream.flush()
     os._exit(code)
 
 
