@@ -416,17 +416,24 @@ def check_local_capacity(workers: int, use_gpu: bool) -> None:
     """Before any Ray starts or any data is made: a Ray this driver would start itself gets this machine's CPUs,
     known now, so more workers than that are refused here rather than after the start (require() checks a
     cluster that is joined)."""
-    if use_gpu or not _starts_a_local_ray():
+    if not _starts_a_local_ray():
         return
-    try:
-        from ray._private.utils import get_num_cpus  # what ray.init() gives a local Ray (cgroup limits included)
+    if use_gpu:
+        import torch  # what Ray counts on a local start too; only for --use-gpu (seen: refused 13-20 s in)
 
-        cpus = get_num_cpus()
-    except Exception:  # noqa: BLE001 - a private function: if it moves, count as ray.init() does without it
-        cpus = os.cpu_count() or 1
-    if workers > cpus:
-        raise ConfigError(f"--workers {workers} needs {workers} CPUs but the local Ray this run would start has "
-                          f"{cpus}; lower --workers, or join a bigger cluster with RAY_ADDRESS")
+        have, kind = torch.cuda.device_count(), "GPU"
+    else:
+        kind = "CPU"
+        try:
+            from ray._private.utils import get_num_cpus  # what ray.init() gives a local Ray (cgroup limits included)
+
+            have = get_num_cpus()
+        except Exception:  # noqa: BLE001 - a private function: if it moves, count as ray.init() does without it
+            have = os.cpu_count() or 1
+    if workers > have:
+        raise ConfigError(f"--workers {workers} needs {workers} {kind}s but the local Ray this run would start has "
+                          f"{have}; lower --workers, or join a bigger cluster with RAY_ADDRESS"
+                          f"{' (or drop --use-gpu)' if use_gpu else ''}")
 
 
 def require(workers: int, use_gpu: bool) -> None:

@@ -167,6 +167,9 @@ TABLE = [
     # More workers than the local Ray this run would start can hold: refused before Ray starts or data is made.
     case("ray_jobs.train", [*SYNTHETIC, "--workers", "64", "--warmup-steps", "0"],
          "--workers 64 needs 64 CPUs but the local Ray this run would start has", env="no-recorded-cluster"),
+    # Seen: refused only once the data was made and a local Ray had started (13-20 s).
+    case("ray_jobs.train", [*SYNTHETIC, "--use-gpu"], "--workers 1 needs 1 GPUs but the local Ray this run would start "
+         "has 0", env="no-recorded-cluster"),
     case("ray_jobs.compare", [*SYNTHETIC, "--workers", "2,64", "--warmup-steps", "0", "--output-dir", "{ws}/results"],
          "--workers 64 needs 64 CPUs but the local Ray", env="no-recorded-cluster"),
     # Epochs too short to time: refused, never a silent fallback to timing the warm-up.
