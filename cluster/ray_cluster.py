@@ -126,11 +126,19 @@ def _starts_a_local_ray() -> bool:
         return False
 
 
+# Ports Ray takes by default for its other components (seen: a free port of 52365 for the dashboard collided with
+# the dashboard agent's default); worker ports are 10002-19999.
+RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365}
+
+
 def free_port() -> int:
-    """A loopback TCP port that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback TCP port that nothing listens on now, and none that Ray takes by default."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in RAY_DEFAULT_PORTS:
+            return port
 
 
 def _cluster_for_actors(address: str | None) -> dict[str, str]:

@@ -52,9 +52,8 @@ def quiet_peers(output_dir: str, rank: int, world_size: int) -> dict[int, float]
     return quiet
 
 
-def who_stalled(output_dir: str, rank: int, world_size: int) -> str:
-    """The end of a stall line: which peers went quiet, or that a peer stalled or died."""
-    quiet = quiet_peers(output_dir, rank, world_size)
+def who_stalled(quiet: dict[int, float]) -> str:
+    """The end of a stall line: which peers went quiet (quiet_peers), or that a peer stalled or died."""
     if not quiet:
         return "a peer has stalled or died"
     ranks = ", ".join(f"rank {peer} ({age:.0f} s)" for peer, age in sorted(quiet.items()))

@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.ray_cluster import free_port
 from contract.config import TrainConfig
 from workload import data
 
@@ -21,19 +21,6 @@ TRAIN_SIZE, TEST_SIZE = 6000, 1000
 # at 0.5 s costs throughput (README: What Ray costs), which no test measures. Every driver here inherits it.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
 
-
-# Ports Ray takes by default for its other components (seen: a free port of 52365 for the dashboard collided with
-# the dashboard agent's default); worker ports are 10002-19999.
-RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365}
-
-
-def free_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in RAY_DEFAULT_PORTS:
-            return port
 
 
 def run_command(command: list[str], env: dict[str, str] | None = None, timeout: float = 300,

@@ -4,6 +4,7 @@ import os
 import time
 
 from contract import stall_report
+from workload.watchdog import Watchdog
 
 
 def _beat(out, rank: int, age_s: float) -> None:
@@ -17,10 +18,12 @@ def test_the_quiet_peer_is_named_and_a_live_one_is_not(tmp_path):
     _beat(tmp_path, 1, 12)
     _beat(tmp_path, 2, 1)
     assert stall_report.quiet_peers(str(tmp_path), 0, 3).keys() == {1}
-    assert stall_report.who_stalled(str(tmp_path), 0, 3) == "no sign of life from rank 1 (12 s): stopped, frozen or gone"
+    assert stall_report.who_stalled(stall_report.quiet_peers(str(tmp_path), 0, 3)) == \
+        "no sign of life from rank 1 (12 s): stopped, frozen or gone"
     # Another host's peer, without a shared folder, has no file: nothing is claimed about it.
-    assert stall_report.who_stalled(str(tmp_path), 0, 4).startswith("no sign of life from rank 1 (")
-    assert stall_report.who_stalled(str(tmp_path), 1, 3) == "a peer has stalled or died"
+    assert stall_report.who_stalled(stall_report.quiet_peers(str(tmp_path), 0, 4)).startswith(
+        "no sign of life from rank 1 (")
+    assert stall_report.who_stalled(stall_report.quiet_peers(str(tmp_path), 1, 3)) == "a peer has stalled or died"
 
 
 def test_nothing_is_made_outside_an_output_folder_that_does_not_exist(tmp_path):
@@ -42,4 +45,16 @@ def test_a_rank_that_ends_removes_its_file_and_the_last_the_folder(tmp_path):
     stall_report.gone(str(tmp_path), 0)
     assert stall_report.folder(str(tmp_path)).exists()
     stall_report.gone(str(tmp_path), 1)
+    assert not stall_report.folder(str(tmp_path)).exists()
+
+
+
+def test_a_rank_s_beats_do_not_bring_back_a_folder_a_stall_removed(tmp_path):
+    watchdog = Watchdog(0, str(tmp_path))  # 0: no thread; _beat is what its loop does each second
+    watchdog.joined(1, 2)
+    watchdog._beat()
+    assert (stall_report.folder(str(tmp_path)) / "rank1").exists()
+    stall_report.leave(str(tmp_path))  # rank 0's stall ended the run and removed the folder
+    watchdog._beat()
+    watchdog._beat()
     assert not stall_report.folder(str(tmp_path)).exists()

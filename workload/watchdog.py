@@ -32,7 +32,7 @@ class Watchdog(Tool):
         self.phase = phase
         self.rank: int | None = None
         self.world_size = 1
-        self._beating = False
+        self._made = False  # the heartbeat folder, once: after a stall removed it, no beat brings it back
         self._last = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="stall-watchdog", daemon=True)
@@ -44,7 +44,7 @@ class Watchdog(Tool):
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._beating:
+        if self._made:
             stall_report.gone(self.output_dir, self.rank)
 
     def joined(self, rank: int, world_size: int) -> None:
@@ -70,11 +70,9 @@ class Watchdog(Tool):
 
     def _watch(self) -> None:
         while not self._stop.wait(min(1.0, self.timeout_s / 4)):
-            if self.rank is not None and self.output_dir:
-                # The folder is made once: after a stall removed it, the other ranks' beats do not bring it back.
-                self._beating = stall_report.beat(self.output_dir, self.rank, make=not self._beating)
+            self._beat()
             if time.monotonic() - self._last > self.timeout_s:
-                line = self._line()
+                line = self._line(self._quiet())
                 if self.output_dir:
                     stall_report.leave(self.output_dir, line if self.report else "")
                 print(f"error: {line}; ending this rank", file=sys.stderr, flush=True)
@@ -83,17 +81,24 @@ class Watchdog(Tool):
     def named_stall(self) -> str:
         """After a collective failed: the stall line if a peer has gone quiet (the group's own timeout, which Ray sets
         to this bound, ran out first), left for the driver under Ray; '' when no peer is known to be quiet."""
-        if self.rank is None or not self.output_dir or not stall_report.quiet_peers(self.output_dir, self.rank,
-                                                                                    self.world_size):
+        if not (quiet := self._quiet()):
             return ""
-        line = self._line()
+        line = self._line(quiet)
         stall_report.leave(self.output_dir, line if self.report else "")
         return line
 
-    def _line(self) -> str:
-        known = self.rank is not None and self.output_dir
-        who = stall_report.who_stalled(self.output_dir, self.rank, self.world_size) if known else \
-            "a peer has stalled or died"
+    def _beat(self) -> None:
+        if self._known():
+            self._made = stall_report.beat(self.output_dir, self.rank, make=not self._made) or self._made
+
+    def _known(self) -> bool:
+        """Whether this rank has a number and a folder to show it is alive in."""
+        return self.rank is not None and bool(self.output_dir)
+
+    def _quiet(self) -> dict[int, float]:
+        return stall_report.quiet_peers(self.output_dir, self.rank, self.world_size) if self._known() else {}
+
+    def _line(self, quiet: dict[int, float]) -> str:
         return (f"{'this rank' if self.rank is None else f'rank {self.rank}'} made no progress for "
                 f"{time.monotonic() - self._last:.0f} s while {self.phase} (--stall-timeout-s {self.timeout_s:g}); "
-                f"{who}")
+                f"{stall_report.who_stalled(quiet)}")
