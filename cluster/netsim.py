@@ -214,6 +214,13 @@ def _start_ray(sim: Cluster, cpus_per_node: int) -> None:
              ", ".join(f"{sim.namespace(i)} {sim.ip(i)}" for i in range(sim.nodes)), sim.address)
 
 
+def burst_bytes(bits: float) -> int:
+    """The token bucket's size at `bits`/s: 10 ms of the rate, and at least a few full frames, so that bursts of
+    segments pass. A bucket refilled while a rank computes lets that many bytes of the next allreduce through at
+    the veth's own speed (analysis/comm_model.py takes it off what the rate limits)."""
+    return max(int(bits / 8 / 100), 16 * 1514)
+
+
 def shape(sim: Cluster, rate: str) -> None:
     """Every node's egress at `rate` (a token bucket), or unshaped."""
     bits = bits_per_s(rate)
@@ -222,8 +229,7 @@ def shape(sim: Cluster, rate: str) -> None:
         if bits is None:
             subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", INTERFACE, "root"], capture_output=True)
             continue
-        # The bucket holds 10 ms of the rate, and at least a few full frames, so that bursts of segments pass.
-        burst = max(int(bits / 8 / 100), 16 * 1514)
+        burst = burst_bytes(bits)
         done = subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", INTERFACE, "root", "tbf", "rate",
                                f"{int(bits)}bit", "burst", str(burst), "latency", f"{TBF_LATENCY_MS}ms"],
                               capture_output=True, text=True)

@@ -1,6 +1,9 @@
 """The ConvNet of the classic DDP tutorials, and its size at a given width."""
 
+import torch.distributed as dist
 from torch import Tensor, nn
+
+from contract.options import DDP_DEFAULT_BUCKET_MB
 
 FLOAT32_BYTES = 4
 
@@ -38,3 +41,16 @@ def size(width: int) -> dict[str, int]:
     """Trainable parameters, and the float32 bytes of gradient one allreduce averages per step."""
     parameters = sum(p.numel() for p in ConvNet(width=width).parameters() if p.requires_grad)
     return {"width": width, "parameters": parameters, "gradient_bytes": FLOAT32_BYTES * parameters}
+
+
+def ddp_buckets(width: int, bucket_mb: float = 0.0) -> tuple[tuple[int, ...], int]:
+    """The bytes in each of DDP's buckets at `width`, cut as DDP cuts them after its first step (in backward's order;
+    with the default cap the first bucket holds 1 MiB), and the bytes of BatchNorm buffers it broadcasts before each
+    forward."""
+    net = ConvNet(width=width)
+    params = list(reversed([p.detach() for p in net.parameters()]))
+    cap = int((bucket_mb or DDP_DEFAULT_BUCKET_MB) * 1024 * 1024)
+    first = cap if bucket_mb else dist._DEFAULT_FIRST_BUCKET_BYTES  # DDP's BucketCapacityConfig
+    buckets, _ = dist._compute_bucket_assignment_by_size(params, [first, cap])
+    sizes = tuple(sum(params[i].numel() * params[i].element_size() for i in bucket) for bucket in buckets)
+    return sizes, sum(b.numel() * b.element_size() for b in net.buffers())
