@@ -9,6 +9,7 @@ shared folder) the line says only that a peer stalled or died.
 """
 
 import contextlib
+import os
 import shutil
 import time
 from pathlib import Path
@@ -17,6 +18,8 @@ FOLDER = ".heartbeats"
 REPORT = "stalled"
 QUIET_AFTER_S = 5.0
 """A live watchdog touches its file every second or more often: 5 s without one is a rank that has stopped."""
+SIGNALLED = "signalled"
+"""Written after the pid in a rank's file when SIGTERM reached it, for the peers that ask why they got one too."""
 
 
 def folder(output_dir: str) -> Path:
@@ -29,7 +32,9 @@ def beat(output_dir: str, rank: int, make: bool) -> bool:
     try:
         if make:
             folder(output_dir).mkdir(exist_ok=True)
-        (folder(output_dir) / f"rank{rank}").touch()
+            (folder(output_dir) / f"rank{rank}").write_text(str(os.getpid()))
+        else:
+            (folder(output_dir) / f"rank{rank}").touch()
         return True
     except OSError:  # a heartbeat is a hint for one line, never a reason to fail
         return False
@@ -58,6 +63,44 @@ def who_stalled(quiet: dict[int, float]) -> str:
         return "a peer has stalled or died"
     ranks = ", ".join(f"rank {peer} ({age:.0f} s)" for peer, age in sorted(quiet.items()))
     return f"no sign of life from {ranks}: stopped, frozen or gone"
+
+
+def mark_signalled(output_dir: str, rank: int) -> None:
+    with contextlib.suppress(OSError):
+        (folder(output_dir) / f"rank{rank}").write_text(f"{os.getpid()} {SIGNALLED}")
+
+
+def ended_first(output_dir: str, rank: int, world_size: int) -> list[int]:
+    """The peers that ended before a signal reached them: no file (a rank that ends removes it), or a process gone
+    without having been signalled. A launcher passing the user's SIGTERM on reaches every rank at once; one ending
+    the others after a death finds that rank gone."""
+    if not folder(output_dir).is_dir():
+        return []  # the last signalled rank removed it, which it does only once every rank was signalled
+    gone = []
+    for peer in range(world_size):
+        try:
+            words = (folder(output_dir) / f"rank{peer}").read_text().split()
+        except OSError:
+            words = []
+        if peer != rank and SIGNALLED not in words and not (words and _running(words[0])):
+            gone.append(peer)
+    return gone
+
+
+def every_rank_signalled(output_dir: str, world_size: int) -> bool:
+    """Whether every rank's file says SIGTERM reached it: the last rank to find so removes the folder."""
+    try:
+        return all(SIGNALLED in (folder(output_dir) / f"rank{rank}").read_text().split() for rank in range(world_size))
+    except OSError:
+        return False
+
+
+def _running(pid: str) -> bool:
+    """Whether process `pid` runs (a zombie, ended but not yet reaped by its launcher, does not)."""
+    try:
+        return Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def leave(output_dir: str, line: str = "") -> None:

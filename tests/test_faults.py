@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -102,32 +103,52 @@ def _plain_run(name: str, cfg: TrainConfig, folder: Path, fault: str, env: dict 
                           cwd=Path(__file__).resolve().parents[1])
 
 
-@pytest.mark.parametrize("name", ["torchrun", "horovodrun"])
-def test_a_rank_its_launcher_ends_before_it_notices_the_lost_peer_says_so_in_one_line(name, trial_cfg, tmp_path):
-    """The launcher's SIGTERM can reach a rank before the rank sees its peer gone (once under horovodrun): rank 0
-    waits outside any collective here, rank 1 is killed, and the launcher ends rank 0."""
+def _with_rank_0_hanging(name: str, cfg: TrainConfig, tmp_path: Path,
+                         act: Callable[[subprocess.Popen, Path], None]) -> tuple[subprocess.Popen, list[str], str]:
+    """`name` training until rank 0 hangs in epoch 2 (outside any collective; rank 1 waits in its allreduce), then
+    `act(launcher, pids folder)`: the launcher, our `error:` lines (horovodrun's rank prefixes off), all its output."""
     pids = tmp_path / "pids"
     pids.mkdir()
     arm = ARMS[name]
-    cfg = replace(trial_cfg, output_dir=str(tmp_path / "out"))
     fault = f"rank=0,epoch=2,step=5,how=hang,pids={pids}"
-    proc = subprocess.Popen(arms.command(arm, cfg), env={**arms.environment(arm), faults.ENV: fault},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen(arms.command(arm, replace(cfg, output_dir=str(tmp_path / "out"))),
+                            env={**arms.environment(arm), faults.ENV: fault}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=Path(__file__).resolve().parents[1])
     try:
         deadline = time.monotonic() + 240
-        while not (pids / "rank0.hanging").exists():  # rank 0 waits in epoch 2, outside any collective
+        while not (pids / "rank0.hanging").exists():  # an event, bounded
             assert proc.poll() is None and time.monotonic() < deadline, "rank 0 never reached its hang"
             time.sleep(0.2)
-        os.kill(int((pids / "rank1.pid").read_text()), 9)
+        act(proc, pids)
         output, _ = proc.communicate(timeout=120)
     finally:
         proc.kill()
     ours = [re.sub(r"^\[\d+\]<std\w+>:", "", line) for line in output.splitlines()]
-    ours = [line for line in ours if line.startswith("error: ")]
+    return proc, [line for line in ours if line.startswith("error: ")], output
+
+
+@pytest.mark.parametrize("name", ["torchrun", "horovodrun"])
+def test_a_rank_its_launcher_ends_before_it_notices_the_lost_peer_says_so_in_one_line(name, trial_cfg, tmp_path):
+    """The launcher's SIGTERM can reach a rank before the rank sees its peer gone (once under horovodrun): rank 0
+    waits outside any collective here, rank 1 is killed, and the launcher ends rank 0."""
+    proc, ours, output = _with_rank_0_hanging(
+        name, trial_cfg, tmp_path, lambda proc, pids: os.kill(int((pids / "rank1.pid").read_text()), 9))
     assert proc.returncode != 0 and len(ours) == 1, output[-3000:]
     assert ours[0].startswith("error: rank 0 lost a peer") and f"{name} ended this rank with SIGTERM" in ours[0], ours
     assert "--checkpoint-dir" in ours[0], ours
+
+
+@pytest.mark.parametrize("name", ["torchrun", "horovodrun"])
+def test_a_sigterm_to_the_launcher_is_said_once_as_a_signal_not_as_a_lost_peer(name, trial_cfg, tmp_path):
+    """`timeout` or a scheduler ends torchrun or horovodrun with SIGTERM, which they pass on to every rank at once:
+    rank 0 says so in one line; no rank claims a lost peer, and no heartbeat folder stays behind."""
+    proc, ours, output = _with_rank_0_hanging(name, trial_cfg, tmp_path,
+                                              lambda proc, pids: proc.send_signal(signal.SIGTERM))
+    assert proc.returncode != 0 and len(ours) == 1, output[-3000:]
+    assert ours[0].startswith(f"error: ended by SIGTERM, which {name} passed on to every rank, before the run "
+                              "finished; nothing was checkpointed"), ours
+    assert "lost a peer" not in output, output[-3000:]
+    assert not list((tmp_path / "out").rglob(".heartbeats"))
 
 
 @pytest.mark.parametrize("name", ["torchrun", "horovodrun", "ray-native"])

@@ -58,3 +58,29 @@ def test_a_rank_s_beats_do_not_bring_back_a_folder_a_stall_removed(tmp_path):
     watchdog._beat()
     watchdog._beat()
     assert not stall_report.folder(str(tmp_path)).exists()
+
+
+def test_a_launcher_passing_sigterm_on_is_told_from_one_ending_the_ranks_after_a_death(tmp_path):
+    import subprocess
+    import sys
+
+    for rank in range(3):
+        stall_report.beat(str(tmp_path), rank, make=True)  # each file holds this process's pid: all running
+    assert stall_report.ended_first(str(tmp_path), 0, 3) == []
+    # A peer whose process has ended without SIGTERM reaching it died first; one signalled too did not.
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (stall_report.folder(str(tmp_path)) / "rank2").write_text(ended.stdout.strip())
+    assert stall_report.ended_first(str(tmp_path), 0, 3) == [2]
+    (stall_report.folder(str(tmp_path)) / "rank2").write_text(f"{ended.stdout.strip()} {stall_report.SIGNALLED}")
+    assert stall_report.ended_first(str(tmp_path), 0, 3) == []
+    # A peer with no file ended and removed it.
+    (stall_report.folder(str(tmp_path)) / "rank1").unlink()
+    assert stall_report.ended_first(str(tmp_path), 0, 3) == [1]
+    stall_report.beat(str(tmp_path), 1, make=True)
+    for rank in (0, 1):
+        assert not stall_report.every_rank_signalled(str(tmp_path), 3)
+        stall_report.mark_signalled(str(tmp_path), rank)
+    assert stall_report.every_rank_signalled(str(tmp_path), 3)
+    # The last signalled rank removed the folder: a rank reading after that was signalled with the others.
+    stall_report.leave(str(tmp_path))
+    assert stall_report.ended_first(str(tmp_path), 1, 3) == []

@@ -14,7 +14,7 @@ from contract import cli, summary, worker_end
 from contract.config import TrainConfig
 from contract.errors import PeerLost, launcher_rank
 from workload import cores, faults
-from workload.distributed import DistContext, exit_now, leave, peer_lost
+from workload.distributed import NO_CHECKPOINT_HINT, RESUME_HINTS, DistContext, exit_now, leave, peer_lost
 from workload.watchdog import Watchdog
 
 
@@ -40,12 +40,11 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
     nothing more to print.
     """
     on_ray = launcher == "ray"
-    if not on_ray:
-        say_when_ended(launcher, cfg)
     # From before the group exists: a peer that dies while it forms must not leave this rank waiting for gloo's
     # 30-minute default.
     with Watchdog(cfg.stall_timeout_s, cfg.output_dir, report=on_ray) as watchdog:
         if not on_ray:
+            say_when_ended(launcher, cfg, watchdog)
             faults.point("init", launcher_rank())
         ctx = framework.init(cfg)
         watchdog.joined(ctx.rank, ctx.world_size)
@@ -73,11 +72,17 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
     return doc
 
 
-def say_when_ended(launcher: str, cfg: TrainConfig) -> None:
+def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> None:
     """torchrun and horovodrun end the other ranks with SIGTERM once one has exited, sometimes before they notice the
     lost peer themselves (seen once under horovodrun): such a rank says so in the lost-peer line and leaves at once,
-    without a shutdown that would wait on the dead peer."""
+    without a shutdown that would wait on the dead peer. They also pass on a SIGTERM sent to them (`timeout`, a
+    scheduler): every rank gets it at once, none has died, and rank 0 says so, once."""
     def ended(signum: int, frame: object) -> None:
+        if watchdog.signalled_with_peers():
+            hint = RESUME_HINTS[launcher] if cfg.checkpoint_dir else NO_CHECKPOINT_HINT
+            cli.say(f"ended by {signal.Signals(signum).name}, which {launcher} passed on to every rank, before the "
+                    f"run finished; {hint}", unless_said=True)
+            exit_now(128 + signum)
         stopped = RuntimeError(f"{launcher} ended this rank with {signal.Signals(signum).name}")
         cli.say(str(peer_lost(stopped, launcher_rank(), launcher, cfg.checkpoint_dir)), every_rank=True,
                 unless_said=True)

@@ -87,6 +87,19 @@ class Watchdog(Tool):
         stall_report.leave(self.output_dir, line if self.report else "")
         return line
 
+    def signalled_with_peers(self) -> bool:
+        """After SIGTERM: whether every peer is still running or was signalled too (a launcher passing the user's
+        signal on) rather than one having ended first (a launcher ending the others after a death); False when
+        this rank has not shown it is alive yet. The last rank signalled removes the heartbeat folder."""
+        if not (self._known() and self._made):
+            return False
+        stall_report.mark_signalled(self.output_dir, self.rank)
+        if stall_report.ended_first(self.output_dir, self.rank, self.world_size):
+            return False
+        if stall_report.every_rank_signalled(self.output_dir, self.world_size):
+            stall_report.leave(self.output_dir)
+        return True
+
     def _beat(self) -> None:
         if self._known():
             self._made = stall_report.beat(self.output_dir, self.rank, make=not self._made) or self._made
