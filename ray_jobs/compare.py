@@ -77,6 +77,7 @@ def main() -> int:
     # Set by the link sweep for the driver it runs inside node 0.
     parser.add_argument("--network", type=json.loads, help=argparse.SUPPRESS)
     parser.add_argument("--run-id", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--reuse-references", type=Path, help=argparse.SUPPRESS)
     # Every run starts fresh in its own folder: a shared --checkpoint-dir would resume one run from another's.
     grid.add_flags(parser)
     cli.add_config_flags(parser, exclude=("workers", "output_dir", "checkpoint_dir", *grid.OPTIONS),
@@ -111,7 +112,8 @@ def main() -> int:
         raise ConfigError("--link-rates shapes the links of a simulated cluster; add --simulate-nodes 2")
     kwargs = dict(parity_steps=args.parity_steps, tolerance=args.tolerance, target_accuracy=args.target_accuracy,
                   repeats=args.repeats, launcher_names=launcher_names, network=args.network, aa=args.aa,
-                  target_ci=args.target_ci / 100, budget_s=60 * args.budget_min)
+                  target_ci=args.target_ci / 100, budget_s=60 * args.budget_min,
+                  reuse_references=args.reuse_references)
     if len(settings) > 1:
         grid_dir = grid.run(base, settings, workers, backends, root, run_id=args.run_id, **kwargs)
         log.info("\n%s\nreport: %s", tuning.render(grid_dir), grid_dir / "report.md")

@@ -87,7 +87,10 @@ def run(base: TrainConfig, grid: list[dict[str, Any]], workers: list[int],
     for i, setting in enumerate(grid, 1):
         folder = label(setting, varied)
         log.info("setting %d/%d: %s", i, len(grid), folder)
-        orchestrator.compare(replace(base, **setting), workers, backends, grid_dir, run_id=folder, **kwargs)
+        # A link sweep's later rates reuse the same setting's references from its first rate's grid.
+        reuse = {"reuse_references": kwargs["reuse_references"] / folder} if kwargs.get("reuse_references") else {}
+        orchestrator.compare(replace(base, **setting), workers, backends, grid_dir, run_id=folder,
+                             **{**kwargs, **reuse})
         report.render(grid_dir / folder)
         folders.append(folder)
     results.write_json(grid_dir / tuning.GRID, {

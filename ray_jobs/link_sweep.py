@@ -17,7 +17,7 @@ from cluster import netsim
 from contract import results
 
 log = logging.getLogger(__name__)
-OWN_FLAGS = ("--simulate-nodes", "--link-rates", "--output-dir")
+OWN_FLAGS = ("--simulate-nodes", "--link-rates", "--output-dir", "--reuse-references")
 """The flags of the outer command that the driver inside node 0 does not get (it gets its own --output-dir)."""
 
 
@@ -44,9 +44,11 @@ def run(argv: list[str], nodes: int, rates: list[str], root: Path, workers: list
             network = {"nodes": nodes, "link_rate": rate, "link_bits_per_s": netsim.bits_per_s(rate)}
             log.info("link rate %d/%d: %s between %d simulated nodes", i, len(rates), rate, nodes)
             before = netsim.counters(sim)
+            # The single-process references cross no link: every rate after the first takes the first rate's.
+            reuse = ["--reuse-references", str(sweep_dir / rates[0])] if i > 1 else []
             command = netsim.in_node(sim, 0, [sys.executable, "-m", "ray_jobs.compare", *inner_args(argv),
                                               "--output-dir", str(sweep_dir), "--run-id", rate,
-                                              "--network", regime.dumps(network)])
+                                              "--network", regime.dumps(network), *reuse])
             done = subprocess.run(command, env=netsim.node_environment(sim), stdin=subprocess.DEVNULL)
             after = netsim.counters(sim)
             code = code or (1 if done.returncode else 0)  # a driver killed by a signal has a negative code

@@ -3,7 +3,10 @@ answer per worker count, into <root>/<run-id>/comparison.json. `python -m ray_jo
 tuning grid run it; analysis/ renders what it writes.
 """
 
+import json
 import logging
+import os
+import shutil
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -80,12 +83,15 @@ def plan(workers: list[int], arms: list[Arm], repeats: int,
 def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Path, *, parity_steps: int,
             tolerance: float, target_accuracy: float, repeats: int = 1, launcher_names: list[str] = ("ray",),
             references: bool = True, run_id: str = "", network: dict[str, Any] | None = None,
-            aa: bool = False, target_ci: float = 0.0, budget_s: float = 0.0) -> Path:
+            aa: bool = False, target_ci: float = 0.0, budget_s: float = 0.0,
+            reuse_references: Path | None = None) -> Path:
     """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
     folder. `network`: the simulated link the runs cross (ray_jobs/link_sweep.py), recorded with every run. `aa`:
     every distributed arm also runs against its A/A twin, interleaved alike, for the noise floor. `target_ci` (0.05:
     ±5 %): the `repeats` rounds are a pilot, and Stein's two-stage procedure adds the rounds its spread says
-    native ÷ Horovod needs for that half-width, as many as `budget_s` (from the start of the first run) allows."""
+    native ÷ Horovod needs for that half-width, as many as `budget_s` (from the start of the first run) allows.
+    `reuse_references`: a comparison of the same settings (a link sweep's first rate) whose finished single-process
+    references stand in for this one's: they never cross a link, so running them again would give the same steps."""
     launcher_names = list(launcher_names)
     check_options(base, backends)
     arms.check_available(launcher_names, backends)
@@ -109,11 +115,15 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
     run_dir.mkdir(parents=True)
     started = time.monotonic()
     records: list[dict[str, Any]] = []
+    reusable = finished_references(reuse_references) if reuse_references else {}
     spent: dict[int, float] = {}  # seconds of distributed runs per worker count, to price a round
 
     def execute(planned: list[tuple[int, Arm, int]]) -> None:
         for i, (round_, arm, n) in enumerate(planned, 1):
             began = time.monotonic()
+            if (reused := reusable.get((arm.label, n))) is not None:
+                records.append(reuse(reused, reuse_references, run_dir, f"[{i}/{len(planned)}]"))
+                continue
             try:
                 records.append(run_one(arm, round_, n, base, run_dir, network, f"[{i}/{len(planned)}]", started))
             except KeyboardInterrupt:
@@ -203,6 +213,26 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path, net
         message = " ".join(f"{type(error).__name__}: {error}".split())[:500]
         log.error("%s: FAILED: %s", what, message)
         return {**record, "status": "failed", "error": message}
+
+
+def finished_references(folder: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """The single-process runs that finished in the comparison at `folder`, by (arm, workers); none if it has no
+    readable comparison.json (it failed before writing one): then this comparison runs its own."""
+    try:
+        records = json.loads((folder / COMPARISON).read_text())["runs"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {(r["arm"], r["workers"]): r for r in records if r["launcher"] == "local" and r["status"] == "ok"}
+
+
+def reuse(record: dict[str, Any], source: Path, run_dir: Path, counter: str) -> dict[str, Any]:
+    """`record`'s run folder copied from the comparison at `source` into `run_dir`, and its record, which says so."""
+    folder = Path(record["results"]).parent
+    shutil.copytree(source / folder, run_dir / folder)
+    came_from = os.path.relpath(source / folder, run_dir)
+    log.info("%s %s, %d worker(s): the same run as %s (a single process crosses no link)", counter, record["arm"],
+             record["workers"], came_from)
+    return {**record, "reused_from": str(came_from)}
 
 
 def second_stage(records: list[dict[str, Any]], n: int, launchers: list[str], pilot: int, target: float,

@@ -14,7 +14,7 @@ import pytest
 from analysis import regime
 from cluster import netsim
 from contract.config import ConfigError
-from ray_jobs import link_sweep
+from ray_jobs import link_sweep, orchestrator
 from tests.conftest import REPO, assert_one_line_error, data_flags, run_module
 from workload import model
 
@@ -126,6 +126,24 @@ def test_a_reused_pid_does_not_keep_a_dead_run_s_cluster_alive(tmp_path):
         later.wait()
 
 
+def test_a_later_rate_reuses_only_the_references_that_finished_and_copies_them_whole(tmp_path):
+    first, later = tmp_path / "sweep" / "20mbit" / "width-1", tmp_path / "sweep" / "unshaped" / "width-1"
+    assert orchestrator.finished_references(first) == {}  # the first rate wrote nothing: the later one runs its own
+    (first / "reference-2w").mkdir(parents=True)
+    (first / "reference-2w" / "results.json").write_text("{}")
+    runs = [{"arm": "reference", "launcher": "local", "workers": 2, "status": "ok",
+             "results": "reference-2w/results.json"},
+            {"arm": "global-batch", "launcher": "local", "workers": 2, "status": "failed"},
+            {"arm": "native", "launcher": "ray", "workers": 2, "status": "ok", "results": "native-2w-r0/results.json"}]
+    (first / "comparison.json").write_text(json.dumps({"runs": runs}))
+    found = orchestrator.finished_references(first)
+    assert list(found) == [("reference", 2)]
+    later.mkdir(parents=True)
+    record = orchestrator.reuse(found[("reference", 2)], first, later, "[1/5]")
+    assert record == {**runs[0], "reused_from": "../../20mbit/width-1/reference-2w"}
+    assert (later / "reference-2w" / "results.json").read_text() == "{}"
+
+
 def test_two_sweeps_in_one_second_get_two_folders(tmp_path):
     first, second = (link_sweep._new_folder(tmp_path, "20261123-081500") for _ in range(2))
     assert (first.name, second.name) == ("20261123-081500", "20261123-081500-2")
@@ -149,13 +167,14 @@ def test_a_three_node_cluster_is_bridged_and_every_node_reaches_every_other(monk
 
 @pytest.fixture(scope="module")
 def sweep(base_cfg, tmp_path_factory):
-    """One sweep: 2 nodes, 20 Mbit/s and unshaped, both backends once, 1 epoch, at width 2 alone: the bytes on the
+    """One sweep: 2 nodes, 20 Mbit/s and unshaped, both backends once, 15 steps, at width 2 alone: the bytes on the
     link then show that the width reached the ranks (2.9x width 1's gradient), at half the runs of two widths."""
     assert not _nothing_left(), "a simulated cluster from elsewhere is still up"
     out = tmp_path_factory.mktemp("sweep")
     cfg = base_cfg
     result = run_module("ray_jobs.compare", "--simulate-nodes", "2", "--link-rates", RATES, "--model-width", str(WIDTH),
-                        "--workers", "2", "--repeats", "1", "--epochs", "1", *data_flags(cfg),
+                        "--workers", "2", "--repeats", "1", "--epochs", "1", "--max-steps-per-epoch", "15",
+                        *data_flags(cfg),
                         "--output-dir", str(out), timeout=1500)
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
     (sweep_dir,) = [p for p in out.iterdir() if p.is_dir()]
@@ -181,6 +200,24 @@ def test_both_backends_put_one_rank_on_each_node(sweep):
             assert [p["local_rank"] for p in placement] == [0, 0]
             assert runs[backend]["network"] == {"nodes": 2, "link_rate": rate,
                                                 "link_bits_per_s": netsim.bits_per_s(rate)}
+
+
+@pytest.mark.cluster
+def test_the_references_run_at_the_first_rate_alone_and_every_rate_s_parity_reads_them(sweep):
+    sweep_dir, _ = sweep
+    first, later = RATES.split(",")
+    local = {rate: [r for r in json.loads((sweep_dir / rate / "comparison.json").read_text())["runs"]
+                    if r["launcher"] == "local"] for rate in (first, later)}
+    assert [r["arm"] for r in local[first]] == [r["arm"] for r in local[later]] == ["reference", "global-batch"]
+    for ran, reused in zip(local[first], local[later]):
+        assert "reused_from" not in ran and reused["reused_from"] == f"../{first}/{Path(ran['results']).parent}"
+        assert {k: v for k, v in reused.items() if k != "reused_from"} == ran
+        # Copied whole: the later rate's folder renders from its own files, as every comparison's does.
+        assert (sweep_dir / later / reused["results"]).read_bytes() == (sweep_dir / first / ran["results"]).read_bytes()
+    # The later rate's parity compares its backends with the reused references, as the first rate's does.
+    parity = json.loads((sweep_dir / later / "comparison.json").read_text())["parity"]["2"]
+    pairs = parity["max_abs_step_loss_difference"]
+    assert pairs["native vs reference"] is not None and pairs["horovod vs reference"] is not None, pairs
 
 
 @pytest.mark.cluster

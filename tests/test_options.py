@@ -34,45 +34,54 @@ def run_compare(cfg, root, launchers, **kwargs):
     return runs.load(run_dir), run_dir
 
 
-@pytest.mark.parametrize("name", OPTION_SETS)
-def test_each_option_trains_both_backends_as_their_reference_does(base_cfg, tmp_path, name):
-    comparison, run_dir = run_compare(small(base_cfg, **OPTION_SETS[name]), tmp_path, VANILLA)
+def _assert_like_their_references(comparison, run_dir, name, arms):
+    """Every arm of `arms` ({arm: its backend}) bit-identical to the reference that computes as it does, parity PASS,
+    and each option as each framework applied it."""
     runs = {r["arm"]: r for r in comparison["runs"]}
     assert all(r["status"] == "ok" for r in runs.values()), comparison["runs"]
     verdict = comparison["parity"]["2"]
     assert verdict["verdict"] == "PASS", verdict
-    emulated = {"native/torchrun": "reference", "horovod/horovodrun": "reference"}
-    if OPTION_SETS[name].get("compression"):
-        emulated["horovod/horovodrun"] = "reference-horovod"
+    compressed = bool(OPTION_SETS[name].get("compression"))
+    if compressed:
         assert "reference-horovod" in runs
-    for arm, ref in emulated.items():
+    for arm, backend in arms.items():
+        ref = "reference-horovod" if compressed and backend == "horovod" else "reference"
         # The emulation is exact at 2 workers: the same weights, bit for bit, not merely close.
         assert runs[arm]["parameters_sha256"] == runs[ref]["parameters_sha256"], (arm, ref)
         assert verdict["max_abs_step_loss_difference"][f"{arm} vs {ref}"] < 1e-6
-    native, horovod = runs["native/torchrun"]["options"], runs["horovod/horovodrun"]["options"]
-    for option, value in OPTION_SETS[name].items():
-        if option in ("gradient_as_bucket_view", "static_graph"):
-            assert native[option] is True and horovod[option] == "not applicable"
-        elif option == "cycle_time_ms":
-            assert horovod[option].startswith("2 ms") and native[option] == "not applicable"
-        elif option == "bucket_mb":
-            assert native[option].startswith("0.01 MiB (bucket_cap_mb)")
-            assert horovod[option] == "0.01 MiB (HOROVOD_FUSION_THRESHOLD=10486)"
-        else:
-            assert str(native[option]).startswith(str(value)) and str(horovod[option]).startswith(str(value))
+    for arm, backend in arms.items():
+        applied = runs[arm]["options"]
+        for option, value in OPTION_SETS[name].items():
+            if option in ("gradient_as_bucket_view", "static_graph"):
+                assert applied[option] == (True if backend == "native" else "not applicable"), (arm, option)
+            elif option == "cycle_time_ms":
+                assert (applied[option].startswith("2 ms") if backend == "horovod"
+                        else applied[option] == "not applicable"), (arm, option)
+            elif option == "bucket_mb":
+                assert applied[option] == ("0.01 MiB (HOROVOD_FUSION_THRESHOLD=10486)" if backend == "horovod"
+                                           else "0.01 MiB (bucket_cap_mb)"), (arm, option, applied[option])
+            else:
+                assert str(applied[option]).startswith(str(value)), (arm, option, applied[option])
     markdown = (run_dir / "report.md").read_text()
     assert "## Options, as each framework applied them" in markdown and "bit-identical" in markdown
 
 
-def test_the_options_run_under_ray_and_parity_names_the_rounding_order(ray_cluster, base_cfg, tmp_path):
-    cfg = replace(base_cfg, epochs=1, compression="fp16", grad_accumulation=2)
-    comparison, run_dir = run_compare(cfg, tmp_path, ["ray"], repeats=1)
-    assert all(r["status"] == "ok" for r in comparison["runs"]), comparison["runs"]
+VANILLA_ARMS = {"native/torchrun": "native", "horovod/horovodrun": "horovod"}
+
+
+@pytest.mark.parametrize("name", [name for name in OPTION_SETS if name != "fp16-compression-and-accumulation"])
+def test_each_option_trains_both_backends_as_their_reference_does(base_cfg, tmp_path, name):
+    comparison, run_dir = run_compare(small(base_cfg, **OPTION_SETS[name]), tmp_path, VANILLA)
+    _assert_like_their_references(comparison, run_dir, name, VANILLA_ARMS)
+
+
+def test_the_options_run_under_every_launcher_and_parity_names_the_rounding_order(ray_cluster, base_cfg, tmp_path):
+    """fp16 compression and accumulation under Ray, torchrun and horovodrun in one comparison, beside one set of
+    references: each arm as its reference, and native ÷ Horovod differing by what the two references do."""
+    name = "fp16-compression-and-accumulation"
+    comparison, run_dir = run_compare(small(base_cfg, **OPTION_SETS[name]), tmp_path, ["ray", *VANILLA], repeats=1)
+    _assert_like_their_references(comparison, run_dir, name, {"native": "native", "horovod": "horovod", **VANILLA_ARMS})
     verdict = comparison["parity"]["2"]
-    assert verdict["verdict"] == "PASS", verdict
-    runs = {r["arm"]: r for r in comparison["runs"]}
-    assert runs["native"]["parameters_sha256"] == runs["reference"]["parameters_sha256"]
-    assert runs["horovod"]["parameters_sha256"] == runs["reference-horovod"]["parameters_sha256"]
     # The rounding orders differ, so the backends differ by exactly what the two references do.
     assert verdict["informational"]["reference vs reference-horovod"] > 0
     assert verdict["max_abs_step_loss_difference"]["native vs horovod"] == pytest.approx(
