@@ -173,8 +173,9 @@ def _start_local(ray: object, env_vars: dict[str, str]) -> None:
         # Its GCS port is Ray's choice, its dashboard's ours: the address of Ray's state API for its actors (see
         # _cluster_for_actors), known before it starts.
         port = free_port()
-        ray.init(log_to_driver=True, _temp_dir=temp_dir, dashboard_port=port, runtime_env={
-            "env_vars": {**env_vars, "RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{port}"}})
+        with _temporary_files_in(temp_dir):
+            ray.init(log_to_driver=True, _temp_dir=temp_dir, dashboard_port=port, runtime_env={
+                "env_vars": {**env_vars, "RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{port}"}})
     except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this one
         if "timed out during startup" not in str(error):
             raise
@@ -183,6 +184,23 @@ def _start_local(ray: object, env_vars: dict[str, str]) -> None:
         raise RunFailed("the local Ray did not start: its raylet did not register within Ray's 30 s (a busy "
                         "machine); run again when the machine is less busy, or start a cluster with `ray start "
                         "--head` and join it") from None
+
+
+@contextlib.contextmanager
+def _temporary_files_in(folder: str) -> Iterator[None]:
+    """TMPDIR=folder for the processes ray.init starts, and so for its workers: the folder that Ray's dashboard's
+    multiprocessing makes (pymp-*, seen left in /tmp by every run, as the dashboard is stopped, not exited) goes with
+    the private Ray's. This process's own temporary files stay where they were."""
+    saved, cached = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = folder
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved
+        tempfile.tempdir = cached
 
 
 _REAPERS: list[subprocess.Popen] = []

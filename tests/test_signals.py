@@ -7,6 +7,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -19,11 +20,12 @@ PRIVATE_RAY = "/tmp/ray-ddp-vs-horovod-*"  # cluster/ray_cluster.py's folder for
 
 
 def _private_rays() -> set[str]:
-    """The private Ray folders on the machine, and the processes that name one, the folder gone or not."""
+    """The private Ray folders on the machine, the processes that name one, the folder gone or not, and Python's
+    multiprocessing folders (Ray's dashboard makes one)."""
     prefix = PRIVATE_RAY.rstrip("*")
     processes = {str(p.pid) for p in psutil.process_iter(["cmdline"])
                  if any(prefix in arg for arg in p.info["cmdline"] or [])}
-    return set(glob.glob(PRIVATE_RAY)) | processes
+    return set(glob.glob(PRIVATE_RAY)) | processes | set(glob.glob(os.path.join(tempfile.gettempdir(), "pymp-*")))
 
 
 def _training_on_its_own_ray(base_cfg, tmp_path) -> subprocess.Popen:
