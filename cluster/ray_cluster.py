@@ -444,6 +444,7 @@ def check_local_capacity(workers: int, use_gpu: bool) -> None:
     cluster that is joined)."""
     if not _starts_a_local_ray():
         return
+    check_token_folder()
     if use_gpu:
         import torch  # what Ray counts on a local start too; only for --use-gpu (seen: refused 13-20 s in)
 
@@ -460,6 +461,29 @@ def check_local_capacity(workers: int, use_gpu: bool) -> None:
         raise ConfigError(f"--workers {workers} needs {workers} {kind}s but the local Ray this run would start has "
                           f"{have}; lower --workers, or join a bigger cluster with RAY_ADDRESS"
                           f"{' (or drop --use-gpu)' if use_gpu else ''}")
+
+
+def check_token_folder() -> None:
+    """A local start writes Ray's token (~/.ray/auth_token) where there is none; where it cannot (a read-only HOME),
+    ray.init ended in Ray's OSError traceback after the data was made. Asked of Ray's own token functions."""
+    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token":
+        return  # a local start turns token mode on unless the variable says otherwise
+    try:
+        from ray._private.authentication.authentication_token_setup import (AuthenticationTokenLoader,
+                                                                            _get_default_token_path)
+
+        if AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
+            return
+        path = _get_default_token_path()
+    except Exception:  # noqa: BLE001 - private functions: if they move, ray.init decides, as before
+        return
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent  # Ray makes the missing folders: the first that exists must take them
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"the local Ray this run would start writes its token to {path} (Ray's default), and "
+                          f"{folder} cannot be written here; set HOME to a writable folder, point "
+                          "RAY_AUTH_TOKEN_PATH at an existing token, or join a running cluster with RAY_ADDRESS")
 
 
 def require(workers: int, use_gpu: bool) -> None:

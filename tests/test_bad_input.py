@@ -6,6 +6,7 @@ The tables call each entry point's real `main` through `cli.run` in this process
 """
 
 import http.server
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -129,7 +130,7 @@ def _must_not_start(name: str):
 
 
 def case(entry, argv, needle, setup=None, env=None):
-    return pytest.param(entry, argv, needle, setup, env, id=f"{entry}:{' '.join(argv)[:60]}:{setup or ''}")
+    return pytest.param(entry, argv, needle, setup, env, id=f"{entry}:{' '.join(argv)[:60]}:{setup or env or ''}")
 
 
 TABLE = [
@@ -208,6 +209,8 @@ TABLE = [
     case("ray_jobs.train", SYNTHETIC, "cannot reach the Ray cluster recorded in", env="stale-record"),
     case("ray_jobs.train", SYNTHETIC, "the Ray here (127.0.0.1:6) is another process's own", env="auto-private"),
     case("ray_jobs.train", SYNTHETIC, "RAY_ADDRESS=auto found no cluster started with `ray start`", env="auto-nothing"),
+    # Seen: Ray's OSError traceback from ray.init, once the data was made.
+    case("ray_jobs.train", SYNTHETIC, "cannot be written here; set HOME to a writable folder", env="read-only-home"),
 
     case("ray_jobs.compare", ["--checkpoint-dir", "{ws}/ckpt"], "unrecognized arguments: --checkpoint-dir"),
     case("ray_jobs.compare", ["--backends", "native", "--autotune"], "--autotune is a Horovod option, not applicable "
@@ -227,6 +230,8 @@ TABLE = [
                               "--batch-size", "500"], "--workers 2"),
     case("ray_jobs.compare", ["--output-dir", "{ws}/results"], "answers, but not as a Ray cluster", env="not-ray"),
     case("ray_jobs.compare", ["--output-dir", "{ws}/results"], "delete ", env="stale-record"),
+    case("ray_jobs.compare", ["--output-dir", "{ws}/results"], "/.ray/auth_token (Ray's default)",
+         env="read-only-home"),
     case("ray_jobs.compare", ["--repeats", "0"], "--repeats must be a positive integer"),
     case("ray_jobs.compare", ["--launchers", "slurm"], "--launchers takes distinct names"),
     case("ray_jobs.compare", ["--launchers", "ray,horovodrun"], "`horovodrun` is not on PATH", env="no-horovodrun"),
@@ -281,10 +286,28 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
         monkeypatch.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("tmp")))
         rays = {"127.0.0.1:6": False} if env == "auto-private" else {}
         monkeypatch.setattr(ray_cluster, "local_rays", lambda: rays)
+    elif env == "read-only-home":  # where a local start writes Ray's token: a real read-only mount (as root)
+        read_only_home(ws / "home", monkeypatch, request)
     argv = [arg.replace("{ws}", str(ws)) for arg in argv]
     if entry != "ray_jobs.compare" or "--render" not in argv:
         argv += ["--data-dir", str(ws / "data")] if "--data-dir" not in argv else []
     assert_refused(entry, argv, needle, ws, monkeypatch, capsys)
+
+
+def read_only_home(home: Path, monkeypatch, request) -> None:
+    """HOME on a read-only filesystem, no Ray token anywhere else, and no cluster to join: a local start's case."""
+    from ray._private.authentication.authentication_token_setup import AuthenticationTokenLoader
+
+    home.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=16k", "tmpfs", str(home)], check=True)
+    request.addfinalizer(lambda: subprocess.run(["umount", str(home)], check=True))
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(ray_cluster, "_starts_a_local_ray", lambda: True)
+    loader = AuthenticationTokenLoader.instance()  # it caches the token it found: look again, here and after
+    loader.reset_cache()
+    request.addfinalizer(loader.reset_cache)
 
 
 def assert_refused_once_under(result, needle: str) -> None:
