@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +22,42 @@ TRAIN_SIZE, TEST_SIZE = 6000, 1000
 # at 0.5 s costs throughput (README: What Ray costs), which no test measures. Every driver here inherits it.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
 
+
+
+IDLE: list[tuple[float, float, str]] = []
+"""(idle core-seconds, wall seconds, test) per test: where the suite waits rather than computes (README: what the
+tests cost). Read from /proc/stat, host-wide, so it is meaningful only while nothing else runs, as CI runs it."""
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields), fields[3] + fields[4]  # all, idle + iowait (clock ticks, summed over cores)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    before, started = _cpu_times(), time.monotonic()
+    yield
+    after = _cpu_times()
+    if before and after and after[0] > before[0]:
+        idle_share = (after[1] - before[1]) / (after[0] - before[0])
+        wall = time.monotonic() - started
+        IDLE.append((idle_share * wall * (os.cpu_count() or 1), wall, item.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if len(IDLE) < 2:
+        return
+    total_idle, total_wall = sum(i for i, _, _ in IDLE), sum(w for _, w, _ in IDLE)
+    cores = os.cpu_count() or 1
+    share = total_idle / (cores * total_wall)
+    terminalreporter.write_sep("=", f"most idle 15 (idle core-seconds; {share:.0%} of {cores} cores idle over the "
+                                    f"{total_wall:.0f} s of tests)")
+    for idle, wall, nodeid in sorted(IDLE, reverse=True)[:15]:
+        terminalreporter.write_line(f"{idle:7.1f} idle of {wall:6.1f} s  {nodeid}")
 
 
 def run_command(command: list[str], env: dict[str, str] | None = None, timeout: float = 300,
