@@ -5,10 +5,12 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -99,20 +101,34 @@ def connect(log_file: Path, address: str | None) -> None:
 @contextlib.contextmanager
 def _sigterm_stays_ours() -> Iterator[None]:
     """ray.init installs SIGTERM handlers of its own as it runs: the driver's exits with 15 and no line, a local
-    node's drains for up to a minute and exits with 1 (both seen). The command's own handler stays (contract/cli.py):
-    one line, 143, and what started is torn down by this process's exit."""
-    try:
-        from ray._private import utils
-    except ImportError:
-        yield
-        return
+    node's drains for up to a minute and exits with 1 (both seen). Ours stay, and end the command at once (see
+    _end_at_once); after ray.init, the command's own (contract/cli.py) again."""
+    from ray._private import utils
+
+    main = threading.current_thread() is threading.main_thread()  # only there can a handler be set
+    previous = signal.getsignal(signal.SIGINT)
+    if main:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, _end_at_once)
     real = utils.set_sigterm_handler
     utils.set_sigterm_handler = lambda handler: None
     try:
         yield
     finally:
         utils.set_sigterm_handler = real
-    cli.end_on_sigterm()  # where Ray set its handler some other way
+        if main:
+            signal.signal(signal.SIGINT, previous)
+            cli.end_on_sigterm()
+
+
+def _end_at_once(signum: int, frame: object) -> None:
+    """SIGTERM or Ctrl-C during ray.init: the line and the exit code, now. A KeyboardInterrupt raised there can land
+    inside logging's or Ray's own critical sections: seen 1 in 12, swallowed with logging's lock held, the run
+    training on and Ray's log thread blocked. Nothing of the run exists yet; the reaper stops a Ray of our own."""
+    sigterm = signum == signal.SIGTERM
+    with contextlib.suppress(OSError):  # not logging: its lock may be held here
+        os.write(2, f"error: {cli.interrupted_line(sigterm)}\n".encode())
+    os._exit(143 if sigterm else 130)
 
 
 def _starts_a_local_ray() -> bool:

@@ -164,6 +164,11 @@ def _ended(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def interrupted_line(sigterm: bool, what: str = "") -> str:
+    how = "ended by SIGTERM" if sigterm else "interrupted (Ctrl-C)"
+    return f"{how} before the command finished; {what or 'a run that had not finished wrote no result'}"
+
+
 def interrupted_exit_code() -> int:
     """130 for Ctrl-C, 143 for SIGTERM, as a shell reports a command the signal ended."""
     return 143 if _terminated else 130
@@ -181,8 +186,6 @@ def run(main: Callable[[], int | None]) -> None:
     except tuple(EXIT_CODES) as error:
         fail_unless_restarted(str(error), next(code for kind, code in EXIT_CODES.items() if isinstance(error, kind)))
     except KeyboardInterrupt as error:
-        how = "ended by SIGTERM" if _terminated else "interrupted (Ctrl-C)"
         # A comparison says which of its runs had finished (ray_jobs/orchestrator.py).
-        what = str(error) or "a run that had not finished wrote no result"
-        fail(f"{how} before the command finished; {what}", interrupted_exit_code())
+        fail(interrupted_line(_terminated, str(error)), interrupted_exit_code())
     sys.exit(code or 0)

@@ -378,6 +378,7 @@ def test_a_local_ray_that_does_not_start_is_one_line_exit_1_and_leaves_no_folder
 
     monkeypatch.setattr(ray_cluster, "_starts_a_local_ray", lambda: True)
     monkeypatch.setattr(ray, "init", timed_out)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # whether or not this process joined the test cluster
     monkeypatch.setattr(ray_cluster.worker_output, "route", lambda path: None)  # process-wide: not in this process
     monkeypatch.setattr(sys, "argv", ["ray_jobs.train", *SYNTHETIC, "--data-dir", str(ws / "data"), "--output-dir",
                                       str(ws / "out")])

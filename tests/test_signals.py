@@ -68,6 +68,40 @@ def test_a_signal_during_training_ends_the_run_in_one_line_and_tears_its_ray_dow
 
 
 @pytest.mark.cluster
+@pytest.mark.parametrize("signum, code, line", [
+    (signal.SIGINT, 130, "error: interrupted (Ctrl-C) before the command finished; a run that had not finished "
+                         "wrote no result"),
+    (signal.SIGTERM, 143, "error: ended by SIGTERM before the command finished; a run that had not finished wrote "
+                          "no result"),
+], ids=["ctrl-c", "sigterm"])
+def test_a_signal_while_its_ray_starts_is_one_line_and_leaves_no_ray(base_cfg, tmp_path, signum, code, line):
+    """Sent once the command's Ray folder exists, as ray.init starts it. Seen: exit 15 and no line (Ray's handler);
+    then, 1 in 12, the signal swallowed inside ray.init and the run training on with logging's lock held."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PATH=f"{BIN}{os.pathsep}{env['PATH']}", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+    before = _private_rays()
+    run = subprocess.Popen([sys.executable, "-m", "ray_jobs.train", "--workers", "1", "--epochs", "100",
+                            *data_flags(base_cfg), "--output-dir", str(tmp_path / "out")],
+                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not set(glob.glob(PRIVATE_RAY)) - before:  # its folder: ray.init comes next (an event, bounded)
+            assert run.poll() is None and time.monotonic() < deadline, "no Ray folder within 120 s"
+            time.sleep(0.02)
+        os.killpg(run.pid, signum) if signum == signal.SIGINT else run.send_signal(signum)
+        _, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert (run.returncode, err.strip()) == (code, line), err[-3000:]
+    deadline = time.monotonic() + 60  # its reaper stops that Ray once the command has gone
+    while _private_rays() != before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _private_rays() == before
+
+
+@pytest.mark.cluster
 def test_a_driver_killed_with_sigkill_leaves_no_ray_behind(base_cfg, tmp_path):
     """SIGKILL runs nothing of the command's: its reaper (cluster/reaper.py) stops its Ray and removes the folder."""
     before = _private_rays()
