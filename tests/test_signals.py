@@ -19,6 +19,14 @@ from tests.conftest import BIN, REPO, data_flags
 PRIVATE_RAY = "/tmp/ray-ddp-vs-horovod-*"  # cluster/ray_cluster.py's folder for a Ray of the command's own
 
 
+SIGNALS = [
+    (signal.SIGINT, 130, "error: interrupted (Ctrl-C) before the command finished; a run that had not finished "
+                         "wrote no result"),
+    (signal.SIGTERM, 143, "error: ended by SIGTERM before the command finished; a run that had not finished wrote "
+                          "no result"),
+]
+
+
 def _private_rays() -> set[str]:
     """The private Ray folders on the machine, the processes that name one, the folder gone or not, and Python's
     multiprocessing folders (Ray's dashboard makes one)."""
@@ -45,12 +53,7 @@ def _training_on_its_own_ray(base_cfg, tmp_path) -> subprocess.Popen:
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("signum, code, line", [
-    (signal.SIGINT, 130, "error: interrupted (Ctrl-C) before the command finished; a run that had not finished "
-                         "wrote no result"),
-    (signal.SIGTERM, 143, "error: ended by SIGTERM before the command finished; a run that had not finished wrote "
-                          "no result"),
-], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("signum, code, line", SIGNALS, ids=["ctrl-c", "sigterm"])
 def test_a_signal_during_training_ends_the_run_in_one_line_and_tears_its_ray_down(base_cfg, tmp_path, signum, code,
                                                                                    line):
     before = _private_rays()
@@ -68,12 +71,7 @@ def test_a_signal_during_training_ends_the_run_in_one_line_and_tears_its_ray_dow
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("signum, code, line", [
-    (signal.SIGINT, 130, "error: interrupted (Ctrl-C) before the command finished; a run that had not finished "
-                         "wrote no result"),
-    (signal.SIGTERM, 143, "error: ended by SIGTERM before the command finished; a run that had not finished wrote "
-                          "no result"),
-], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("signum, code, line", SIGNALS, ids=["ctrl-c", "sigterm"])
 def test_a_signal_while_its_ray_starts_is_one_line_and_leaves_no_ray(base_cfg, tmp_path, signum, code, line):
     """Sent once the command's Ray folder exists, as ray.init starts it. Seen: exit 15 and no line (Ray's handler);
     then, 1 in 12, the signal swallowed inside ray.init and the run training on with logging's lock held."""
