@@ -113,9 +113,7 @@ def ray_cluster(tmp_path_factory):
     temp_dir = tmp_path_factory.mktemp("ray")
     # A throwaway loopback cluster: no token to share between `ray start`, this driver and `ray job submit`.
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    # TMPDIR: its dashboard's multiprocessing folder (pymp-*) goes with the cluster's, not into /tmp.
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0",
-           "TMPDIR": str(temp_dir)}
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0"}
     try:
         subprocess.run(
             [str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=4",
