@@ -488,8 +488,14 @@ def check_token_folder() -> None:
         from ray._private.authentication.authentication_token_setup import (AuthenticationTokenLoader,
                                                                             _get_default_token_path)
 
-        if AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
-            return
+        loader = AuthenticationTokenLoader.instance()
+        try:
+            if loader.has_token(ignore_auth_mode=True):
+                return
+        finally:
+            # It keeps what it read for the process's life: kept from here, every later run of a process that then
+            # joined a cluster without authentication failed, its actors never run (ActorDiedError; the test suite).
+            loader.reset_cache()
         path = _get_default_token_path()
     except Exception:  # noqa: BLE001 - private functions: if they move, ray.init decides, as before
         return

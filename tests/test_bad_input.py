@@ -310,6 +310,23 @@ def read_only_home(home: Path, monkeypatch, request) -> None:
     request.addfinalizer(loader.reset_cache)
 
 
+def test_asking_for_the_token_leaves_ray_s_token_cache_as_it_was(tmp_path, monkeypatch, request):
+    """check_token_folder asks Ray's token loader, which keeps what it read for the process's life: kept, every later
+    run of the test process on the suite's cluster (no authentication) failed, its actors never run."""
+    from ray._private.authentication.authentication_token_setup import AuthenticationTokenLoader
+
+    write_file(tmp_path / ".ray" / "auth_token", b"a" * 32)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    loader = AuthenticationTokenLoader.instance()
+    loader.reset_cache()
+    request.addfinalizer(loader.reset_cache)
+    ray_cluster.check_token_folder()
+    (tmp_path / ".ray" / "auth_token").unlink()
+    assert not loader.has_token(ignore_auth_mode=True)  # read again, not kept from the check
+
+
 def assert_refused_once_under(result, needle: str) -> None:
     """Under a launcher: our line exactly once (rank 0's), and no traceback through our code. The launcher's own
     traceback after it (torchrun, horovodrun) is theirs; the README says so."""
@@ -379,6 +396,9 @@ def test_a_local_ray_that_does_not_start_is_one_line_exit_1_and_leaves_no_folder
     monkeypatch.setattr(ray_cluster, "_starts_a_local_ray", lambda: True)
     monkeypatch.setattr(ray, "init", timed_out)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)  # whether or not this process joined the test cluster
+    # The start cut short is shut down; the real shutdown would drop this process's link to the test cluster.
+    shutdowns = []
+    monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(True))
     monkeypatch.setattr(ray_cluster.worker_output, "route", lambda path: None)  # process-wide: not in this process
     monkeypatch.setattr(sys, "argv", ["ray_jobs.train", *SYNTHETIC, "--data-dir", str(ws / "data"), "--output-dir",
                                       str(ws / "out")])
@@ -386,4 +406,4 @@ def test_a_local_ray_that_does_not_start_is_one_line_exit_1_and_leaves_no_folder
         cli.run(ENTRY_POINTS["ray_jobs.train"])
     err = capsys.readouterr().err
     assert exited.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith("error: the local Ray did not start") and not made[0].exists()
+    assert err.startswith("error: the local Ray did not start") and not made[0].exists() and shutdowns == [True]
