@@ -267,6 +267,12 @@ def check_address() -> str | None:
     address = os.environ.get("RAY_ADDRESS", "").strip()
     if address == "local":
         return None
+    if address.startswith("ray://"):
+        # Ray advises Ray Jobs, not Ray Client, for Ray Train; seen: Ray's lines, coloured, around the run's own.
+        raise ConfigError(f"RAY_ADDRESS={address} is Ray Client, which Ray advises against for Ray Train (its "
+                          "workers' lines bypass this run's log, and a lost connection ends the run); submit the "
+                          "command to that cluster instead: `ray job submit --address http://HEAD:8265 -- python -m "
+                          "<this command> ...`")
     if address and address != "auto":
         _check_reachable(address, f"the Ray cluster at RAY_ADDRESS={address}",
                          "start it with `ray start --head`, or unset RAY_ADDRESS to run on a local Ray")

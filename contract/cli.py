@@ -1,6 +1,7 @@
 """What every command-line entry point shares: flags built from TrainConfig, logging, the one-line error contract."""
 
 import argparse
+import atexit
 import ast
 import contextlib
 import errno
@@ -10,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, fields
 
@@ -145,22 +147,30 @@ def setup_logging(rank: int = 0) -> None:
         logging.getLogger(name).setLevel(logging.INFO if rank == 0 else logging.WARNING)
 
 
-_terminated = False
-"""Whether SIGTERM, rather than Ctrl-C, raised the KeyboardInterrupt that is unwinding the command."""
+_signal: int | None = None
+"""The signal (SIGTERM or SIGINT) whose KeyboardInterrupt is unwinding the command, once one has arrived."""
+_signalled_at = 0.0
+REPEAT_WINDOW_S = 1.0
+"""timeout(1) sends its signal to the command, then to its whole process group: the command gets it twice."""
+_late: int | None = None
+"""A signal that arrived once the command's main had ended, while its teardown ran."""
 
 
 def end_on_sigterm() -> None:
     """SIGTERM (`timeout`, a scheduler) unwinds the command as Ctrl-C does (finally blocks, then atexit's teardown of a
     private Ray and its folder), then exit code 143; installed again after ray.init, which installs its own. As a
     KeyboardInterrupt because Ray's blocking calls pass only that through (another exception raised there surfaced
-    as a SystemError once training ended), and they raise a new one: `_terminated` remembers the signal."""
+    as a SystemError once training ended), and they raise a new one: `_signal` remembers the signal."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _ended)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, _ended)
 
 
 def _ended(signum: int, frame: object) -> None:
-    global _terminated
-    _terminated = True
+    global _signal, _signalled_at
+    if _signal is not None and time.monotonic() - _signalled_at < REPEAT_WINDOW_S:
+        return  # the copy from timeout's process group: raised, it cut the unwinding short (exit 130, once in 18)
+    _signal, _signalled_at = signum, time.monotonic()
     raise KeyboardInterrupt
 
 
@@ -171,21 +181,48 @@ def interrupted_line(sigterm: bool, what: str = "") -> str:
 
 def interrupted_exit_code() -> int:
     """130 for Ctrl-C, 143 for SIGTERM, as a shell reports a command the signal ended."""
-    return 143 if _terminated else 130
+    return 143 if _signal == signal.SIGTERM else 130
 
 
 def run(main: Callable[[], int | None]) -> None:
     """Run `main`; a user error becomes one line on stderr and exit code 2, with no traceback; Ctrl-C and SIGTERM one
     line too, and 130 or 143, once what the command started is torn down."""
+    global _signal
+    _signal = None  # a command run in this process before (the tests) leaves none behind
     setup_logging()
     end_on_sigterm()
+    whole_process = main.__module__ == "__main__"  # `python -m`: its teardown is the interpreter's exit
+    if whole_process:
+        atexit.register(_say_a_late_signal)  # first registered, so it runs after the teardown registered later
     try:
         code = main()
-    except PeerLost as error:  # each attempt's own news, with the restarts left
-        fail(str(error), EXIT_CODES[PeerLost], every_rank=True)
-    except tuple(EXIT_CODES) as error:
-        fail_unless_restarted(str(error), next(code for kind, code in EXIT_CODES.items() if isinstance(error, kind)))
     except KeyboardInterrupt as error:
         # A comparison says which of its runs had finished (ray_jobs/orchestrator.py).
-        fail(interrupted_line(_terminated, str(error)), interrupted_exit_code())
+        fail(interrupted_line(_signal == signal.SIGTERM, str(error)), interrupted_exit_code())
+    except Exception as error:
+        if _signal is not None:  # what the unwinding raised (seen: a half-imported numpy's AttributeError)
+            fail(interrupted_line(_signal == signal.SIGTERM), interrupted_exit_code())
+        if isinstance(error, PeerLost):  # each attempt's own news, with the restarts left
+            fail(str(error), EXIT_CODES[PeerLost], every_rank=True)
+        if isinstance(error, tuple(EXIT_CODES)):
+            fail_unless_restarted(str(error), next(c for kind, c in EXIT_CODES.items() if isinstance(error, kind)))
+        raise
+    finally:
+        if whole_process and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, _after_main)
     sys.exit(code or 0)
+
+
+def _after_main(signum: int, frame: object) -> None:
+    """A signal while the teardown runs (a private Ray's stop) lets it finish: raised there, it was Python's
+    "Exception ignored in atexit callback" traceback and exit 0."""
+    global _late
+    _late = _late or signum
+
+
+def _say_a_late_signal() -> None:
+    if _late and not _said:
+        name = "SIGTERM" if _late == signal.SIGTERM else "Ctrl-C"
+        say(f"{name} arrived while the command was stopping, its work done; what it wrote stands")
+        os._exit(128 + _late)

@@ -34,6 +34,9 @@ class History:
     training_s: float = 0.0
     """Seconds spent training these epochs, in every attempt, up to the last epoch's checkpoint: a resumed run's
     wall time then covers the epochs it reports, not only those of its last attempt."""
+    checkpoint_s: float = 0.0
+    """Seconds of the checkpoint writes before the one that carries this, in every attempt: a resumed run's
+    checkpoint_time_s then misses only the write it resumed from, whose time no checkpoint can hold."""
 
     @property
     def last_epoch(self) -> int:

@@ -206,6 +206,7 @@ TABLE = [
          "synthetic digits need about"),
     case("ray_jobs.train", SYNTHETIC, "answers, but not as a Ray cluster", env="not-ray"),
     case("ray_jobs.train", SYNTHETIC, "cannot reach the Ray cluster", env="closed-port"),
+    case("ray_jobs.train", SYNTHETIC, "is Ray Client, which Ray advises against for Ray Train", env="ray-client"),
     case("ray_jobs.train", SYNTHETIC, "cannot reach the Ray cluster recorded in", env="stale-record"),
     case("ray_jobs.train", SYNTHETIC, "the Ray here (127.0.0.1:6) is another process's own", env="auto-private"),
     case("ray_jobs.train", SYNTHETIC, "RAY_ADDRESS=auto found no cluster started with `ray start`", env="auto-nothing"),
@@ -229,6 +230,7 @@ TABLE = [
     case("ray_jobs.compare", [*SYNTHETIC, "--output-dir", "{ws}/results", "--synthetic-train-size", "2000",
                               "--batch-size", "500"], "--workers 2"),
     case("ray_jobs.compare", ["--output-dir", "{ws}/results"], "answers, but not as a Ray cluster", env="not-ray"),
+    case("ray_jobs.compare", ["--output-dir", "{ws}/results"], "submit the command to that cluster", env="ray-client"),
     case("ray_jobs.compare", ["--output-dir", "{ws}/results"], "delete ", env="stale-record"),
     case("ray_jobs.compare", ["--output-dir", "{ws}/results"], "/.ray/auth_token (Ray's default)",
          env="read-only-home"),
@@ -271,6 +273,8 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
         SETUPS[setup](ws)
     if env == "not-ray":
         monkeypatch.setenv("RAY_ADDRESS", request.getfixturevalue("not_ray"))
+    elif env == "ray-client":  # refused before it is tried: nothing need listen there
+        monkeypatch.setenv("RAY_ADDRESS", "ray://127.0.0.1:10001")
     elif env == "closed-port":
         monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")
     elif env == "no-horovodrun":

@@ -16,7 +16,7 @@ from contract import results
 from contract.config import ConfigError, TrainConfig
 from contract.results import History
 from tests.conftest import free_port
-from workload import checkpoint, data, reference
+from workload import checkpoint, data, reference, run
 from workload.distributed import DistContext
 from workload.metrics import epoch_timing, mean_ci95
 from workload.reference import EmulatedSync
@@ -157,6 +157,15 @@ def test_a_diverging_run_stops_with_a_clear_error_and_writes_nothing(cfg):
     with pytest.raises(Diverged, match="training diverged.*lower --lr"):
         reference.train(replace(cfg, lr=1e30, max_steps_per_epoch=20))
     assert not (Path(cfg.output_dir) / results.FILENAME).exists()
+
+
+def test_a_resumed_run_counts_the_checkpoint_writes_of_the_attempts_before_it(cfg, monkeypatch):
+    """checkpoint_time_s once covered the last attempt only; the writes before travel in the checkpoint's history."""
+    carried = History(checkpoint_s=5.0)
+    monkeypatch.setattr(reference, "train_and_report",
+                        lambda trainer, **kwargs: run.train_and_report(trainer, history=carried, **kwargs))
+    doc = reference.train(replace(cfg, max_steps_per_epoch=8))
+    assert doc["checkpoint_time_s"] >= 5.0 and carried.checkpoint_s >= 5.0
 
 
 def test_results_json_is_strict_json(tmp_path):

@@ -82,12 +82,13 @@ def train_and_report(
     if trainer.ctx.is_main:
         # A results.json in the output folder must describe a finished run: never leave an older one behind.
         (Path(trainer.cfg.output_dir) / results.FILENAME).unlink(missing_ok=True)
-    earlier = history.training_s  # by the attempts before this one, when it resumes
+    earlier, earlier_checkpoints = history.training_s, history.checkpoint_s  # the attempts before this one's
     scalars = Scalars(trainer.cfg.output_dir, len(history.step_losses)) if trainer.ctx.is_main else None
     start = time.perf_counter()
 
     def save_epoch(epoch: int, history: History) -> None:
         history.training_s = earlier + time.perf_counter() - start  # before the checkpoint, so it carries this
+        history.checkpoint_s = earlier_checkpoints + trainer.checkpoint_time_s
         if scalars:
             scalars.epoch(history.epochs[-1], history.step_losses)
         on_epoch_end(epoch, history)
@@ -113,7 +114,7 @@ def train_and_report(
             # Provisional, from the command that started the workers; launchers that know better replace them.
             "phases": phases.phases(stamps, phases.launcher_started(), time.time()),
             "eval_time_s": sum(e["eval_time_s"] for e in history.epochs),  # every attempt's, as the wall time
-            "checkpoint_time_s": trainer.checkpoint_time_s,
+            "checkpoint_time_s": earlier_checkpoints + trainer.checkpoint_time_s,  # every attempt's (see History)
         },
     )
     doc["end_to_end_s"] = doc["phases"]["launcher_returned"]
