@@ -99,14 +99,15 @@ def _plain_run(name: str, cfg: TrainConfig, folder: Path, fault: str, env: dict 
                           cwd=Path(__file__).resolve().parents[1])
 
 
-def _with_rank_0_hanging(name: str, cfg: TrainConfig, tmp_path: Path,
-                         act: Callable[[subprocess.Popen, Path], None]) -> tuple[subprocess.Popen, list[str], str]:
-    """`name` training until rank 0 hangs in epoch 2 (outside any collective; rank 1 waits in its allreduce), then
-    `act(launcher, pids folder)`: the launcher, our `error:` lines (horovodrun's rank prefixes off), all its output."""
+def _with_rank_0_hanging(name: str, cfg: TrainConfig, tmp_path: Path, act: Callable[[subprocess.Popen, Path], None],
+                         where: str = "epoch=2,step=5") -> tuple[subprocess.Popen, list[str], str]:
+    """`name` training until rank 0 hangs in epoch 2 (outside any collective; rank 1 waits in its allreduce), or
+    `where` else, then `act(launcher, pids folder)`: the launcher, our `error:` lines (horovodrun's rank prefixes
+    off), all its output."""
     pids = tmp_path / "pids"
     pids.mkdir()
     arm = ARMS[name]
-    fault = f"rank=0,epoch=2,step=5,how=hang,pids={pids}"
+    fault = f"rank=0,{where},how=hang,pids={pids}"
     proc = subprocess.Popen(arms.command(arm, replace(cfg, output_dir=str(tmp_path / "out"))),
                             env={**arms.environment(arm), faults.ENV: fault}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, cwd=Path(__file__).resolve().parents[1])
@@ -145,6 +146,18 @@ def test_a_sigterm_to_the_launcher_is_said_once_as_a_signal_not_as_a_lost_peer(n
                               "finished; nothing was checkpointed"), ours
     assert "lost a peer" not in output, output[-3000:]
     assert not list((tmp_path / "out").rglob(".heartbeats"))
+
+
+@pytest.mark.parametrize("name", ["torchrun", "horovodrun"])
+def test_a_sigterm_during_the_start_up_claims_no_lost_peer(name, trial_cfg, tmp_path):
+    """Before the ranks' first heartbeat (rank 0 held before its group forms; seen with a signal during data
+    generation) nothing tells a passed-on signal from a launcher ending the ranks after a death: both ranks claimed a
+    lost peer. Now rank 0 alone says what it knows."""
+    proc, ours, output = _with_rank_0_hanging(name, trial_cfg, tmp_path,
+                                              lambda proc, pids: proc.send_signal(signal.SIGTERM), "epoch=0,at=init")
+    assert proc.returncode != 0 and len(ours) == 1, output[-3000:]
+    assert ours[0].startswith(f"error: ended by SIGTERM from {name} during the ranks' start-up"), ours
+    assert "lost a peer" not in output, output[-3000:]
 
 
 @pytest.mark.parametrize("name", ["torchrun", "horovodrun", "ray-native"])

@@ -78,12 +78,18 @@ def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> None:
     without a shutdown that would wait on the dead peer. They also pass on a SIGTERM sent to them (`timeout`, a
     scheduler): every rank gets it at once, none has died, and rank 0 says so, once."""
     def ended(signum: int, frame: object) -> None:
-        if watchdog.signalled_with_peers():
-            hint = RESUME_HINTS[launcher] if cfg.checkpoint_dir else NO_CHECKPOINT_HINT
-            cli.say(f"ended by {signal.Signals(signum).name}, which {launcher} passed on to every rank, before the "
-                    f"run finished; {hint}", unless_said=True)
+        name, hint = signal.Signals(signum).name, RESUME_HINTS[launcher] if cfg.checkpoint_dir else NO_CHECKPOINT_HINT
+        passed_on = watchdog.signalled_with_peers()
+        if passed_on is None:  # no heartbeats to tell the two apart yet: neither claimed (both ranks claimed a peer)
+            cli.say(f"ended by {name} from {launcher} during the ranks' start-up, before the run finished (the "
+                    f"user's signal passed on, or a rank that failed first, whose own lines say why); {hint}",
+                    unless_said=True)
             exit_now(128 + signum)
-        stopped = RuntimeError(f"{launcher} ended this rank with {signal.Signals(signum).name}")
+        if passed_on:
+            cli.say(f"ended by {name}, which {launcher} passed on to every rank, before the run finished; {hint}",
+                    unless_said=True)
+            exit_now(128 + signum)
+        stopped = RuntimeError(f"{launcher} ended this rank with {name}")
         cli.say(str(peer_lost(stopped, launcher_rank(), launcher, cfg.checkpoint_dir)), every_rank=True,
                 unless_said=True)
         exit_now(128 + signum)

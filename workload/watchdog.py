@@ -87,12 +87,13 @@ class Watchdog(Tool):
         stall_report.leave(self.output_dir, line if self.report else "")
         return line
 
-    def signalled_with_peers(self) -> bool:
+    def signalled_with_peers(self) -> bool | None:
         """After SIGTERM: whether every peer is still running or was signalled too (a launcher passing the user's
-        signal on) rather than one having ended first (a launcher ending the others after a death); False when
-        this rank has not shown it is alive yet. The last rank signalled removes the heartbeat folder."""
+        signal on) rather than one having ended first (a launcher ending the others after a death); None when
+        this rank has not shown it is alive yet (start-up: no heartbeat folder before the output folder exists).
+        The last rank signalled removes the heartbeat folder."""
         if not (self._known() and self._made):
-            return False
+            return None
         stall_report.mark_signalled(self.output_dir, self.rank)
         if stall_report.ended_first(self.output_dir, self.rank, self.world_size):
             return False
