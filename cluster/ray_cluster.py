@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 10
 PROBE_TIMEOUT_S = 5
 STOP_WAIT_S = 5
+STOP_PASSES = 5
 # The HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113, section 3.4).
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 HTTP2_SETTINGS = 4
@@ -103,8 +104,11 @@ def _sigterm_stays_ours() -> Iterator[None]:
     """ray.init installs SIGTERM handlers of its own as it runs: the driver's exits with 15 and no line, a local
     node's drains for up to a minute and exits with 1 (both seen). Ours stay, and end the command at once (see
     _end_at_once); after ray.init, the command's own (contract/cli.py) again."""
-    from ray._private import utils
+    from ray._private import ray_constants, utils
 
+    # The driver's core worker, made inside ray.init, installs a C++ handler for SIGTERM over ours: a signal then was
+    # a stack dump and exit 134, or 143 only 27 s later (each seen). This process only: Ray's own keep theirs.
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
     main = threading.current_thread() is threading.main_thread()  # only there can a handler be set
     previous = signal.getsignal(signal.SIGINT)
     if main:
@@ -180,8 +184,7 @@ def _start_local(ray: object, env_vars: dict[str, str]) -> None:
 
     def stop() -> None:
         ray.shutdown()
-        stop_processes(temp_dir)  # what a shutdown leaves, or a start cut short (Ray's agents, seen after Ctrl-C)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        remove_private_ray(temp_dir)  # what a shutdown leaves, or a start cut short (Ray's agents, seen after Ctrl-C)
 
     atexit.register(stop)  # before ray.init registers its own shutdown, so this runs after it
     _reap_after_this_process(temp_dir)
@@ -233,7 +236,7 @@ def _reap_after_this_process(temp_dir: str) -> None:
     _REAPERS.append(reaper)
 
 
-def stop_processes(temp_dir: str | Path) -> None:
+def stop_processes(temp_dir: str | Path) -> int:
     """Stop the Ray whose session folder is `temp_dir`, by PID: `ray stop` stops every Ray on the host.
 
     Its daemons name the folder on their command lines; its workers and agents are their children. A Ray worker
@@ -241,7 +244,8 @@ def stop_processes(temp_dir: str | Path) -> None:
     import psutil
 
     own = [p for p in psutil.process_iter(["cmdline"])
-           if any(arg.endswith(f"={temp_dir}") or f"{temp_dir}/" in arg for arg in p.info["cmdline"] or [])]
+           if any(arg.endswith(f"={temp_dir}") or f"{temp_dir}/" in arg for arg in p.info["cmdline"] or [])
+           or _temporary_files_of(p) == str(temp_dir)]
     family = {p.pid: p for p in own}
     for process in own:
         with contextlib.suppress(psutil.Error):
@@ -254,6 +258,29 @@ def stop_processes(temp_dir: str | Path) -> None:
     for process in alive:
         with contextlib.suppress(psutil.Error):
             process.kill()
+    return len(family)
+
+
+def remove_private_ray(temp_dir: str | Path) -> None:
+    """Stop the private Ray in `temp_dir` and remove the folder, again while either is found: a process that Ray
+    was starting as the stop looked can write there after it (an empty folder was left once, in 8 signals during a
+    start, its processes gone)."""
+    for _ in range(STOP_PASSES):
+        found = stop_processes(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        if not found and not os.path.exists(temp_dir):
+            return
+
+
+def _temporary_files_of(process: object) -> str | None:
+    """Its TMPDIR: a private Ray's processes have their folder there (_temporary_files_in), Ray's agents too, whose
+    command lines Ray rewrites (`ray::DashboardAgent`); orphaned by a stop during the start, they lived on 60 s."""
+    import psutil
+
+    try:
+        return process.environ().get("TMPDIR")
+    except (psutil.Error, OSError):
+        return None
 
 
 def check_address() -> str | None:

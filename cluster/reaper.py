@@ -5,11 +5,10 @@ A command killed with SIGKILL runs no atexit handler, and Ray's agents then outl
 command holds the write end of this process's stdin; its end, by any cause, closes it.
 """
 
-import shutil
 import signal
 import sys
 
-from cluster.ray_cluster import stop_processes
+from cluster.ray_cluster import remove_private_ray
 
 
 def main() -> None:
@@ -19,8 +18,7 @@ def main() -> None:
     temp_dir = sys.stdin.buffer.readline().decode().strip()
     sys.stdin.buffer.read()  # end of file: the command has exited
     if temp_dir:
-        stop_processes(temp_dir)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        remove_private_ray(temp_dir)
 
 
 if __name__ == "__main__":
