@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -109,20 +108,14 @@ def _sigterm_stays_ours() -> Iterator[None]:
     # The driver's core worker, made inside ray.init, installs a C++ handler for SIGTERM over ours: a signal then was
     # a stack dump and exit 134, or 143 only 27 s later (each seen). This process only: Ray's own keep theirs.
     ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
-    main = threading.current_thread() is threading.main_thread()  # only there can a handler be set
-    previous = signal.getsignal(signal.SIGINT)
-    if main:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, _end_at_once)
+    cli.on_stop_signals(_end_at_once)
     real = utils.set_sigterm_handler
     utils.set_sigterm_handler = lambda handler: None
     try:
         yield
     finally:
         utils.set_sigterm_handler = real
-        if main:
-            signal.signal(signal.SIGINT, previous)
-            cli.end_on_sigterm()
+        cli.end_on_sigterm()  # the command's own again, for both signals, as cli.run installed them
 
 
 def _end_at_once(signum: int, frame: object) -> None:

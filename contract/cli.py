@@ -161,9 +161,14 @@ def end_on_sigterm() -> None:
     private Ray and its folder), then exit code 143; installed again after ray.init, which installs its own. As a
     KeyboardInterrupt because Ray's blocking calls pass only that through (another exception raised there surfaced
     as a SystemError once training ended), and they raise a new one: `_signal` remembers the signal."""
+    on_stop_signals(_ended)
+
+
+def on_stop_signals(handler: Callable[[int, object], None]) -> None:
+    """`handler` for SIGTERM and Ctrl-C, where a handler can be set (the main thread)."""
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, _ended)
+            signal.signal(signum, handler)
 
 
 def _ended(signum: int, frame: object) -> None:
@@ -208,9 +213,8 @@ def run(main: Callable[[], int | None]) -> None:
             fail_unless_restarted(str(error), next(c for kind, c in EXIT_CODES.items() if isinstance(error, kind)))
         raise
     finally:
-        if whole_process and threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, _after_main)
+        if whole_process:
+            on_stop_signals(_after_main)
     sys.exit(code or 0)
 
 

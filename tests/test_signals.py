@@ -36,14 +36,19 @@ def _private_rays() -> set[str]:
     return set(glob.glob(PRIVATE_RAY)) | processes | set(glob.glob(os.path.join(tempfile.gettempdir(), "pymp-*")))
 
 
-def _training_on_its_own_ray(base_cfg, tmp_path) -> subprocess.Popen:
-    """`ray_jobs.train` on a Ray of its own, as a user's first run, once its first training line is out."""
+def _on_its_own_ray(base_cfg, tmp_path) -> subprocess.Popen:
+    """`ray_jobs.train` on a Ray of its own, as a user's first run, started."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(PATH=f"{BIN}{os.pathsep}{env['PATH']}", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
-    run = subprocess.Popen([sys.executable, "-m", "ray_jobs.train", "--workers", "1", "--epochs", "100",
-                            *data_flags(base_cfg), "--output-dir", str(tmp_path / "out")],
-                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "ray_jobs.train", "--workers", "1", "--epochs", "100",
+                             *data_flags(base_cfg), "--output-dir", str(tmp_path / "out")],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _training_on_its_own_ray(base_cfg, tmp_path) -> subprocess.Popen:
+    """`_on_its_own_ray`, once its first training line is out."""
+    run = _on_its_own_ray(base_cfg, tmp_path)
     seen = ""
     while "Step [" not in seen:  # training has begun: an event, each line bounded
         assert select.select([run.stdout], [], [], 180)[0], "no training line within 180 s"
@@ -52,19 +57,24 @@ def _training_on_its_own_ray(base_cfg, tmp_path) -> subprocess.Popen:
     return run
 
 
+def _signalled(run: subprocess.Popen, signum: int) -> str:
+    """Send `signum` as it comes in life; its stderr once it has ended (killed if it outlives the bound)."""
+    try:
+        # Ctrl-C reaches the terminal's whole process group; a scheduler's SIGTERM the command alone.
+        os.killpg(run.pid, signum) if signum == signal.SIGINT else run.send_signal(signum)
+        return run.communicate(timeout=120)[1]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("signum, code, line", SIGNALS, ids=["ctrl-c", "sigterm"])
 def test_a_signal_during_training_ends_the_run_in_one_line_and_tears_its_ray_down(base_cfg, tmp_path, signum, code,
                                                                                    line):
     before = _private_rays()
     run = _training_on_its_own_ray(base_cfg, tmp_path)
-    try:
-        # Ctrl-C reaches the terminal's whole process group; a scheduler's SIGTERM the command alone.
-        os.killpg(run.pid, signum) if signum == signal.SIGINT else run.send_signal(signum)
-        _, err = run.communicate(timeout=120)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
+    err = _signalled(run, signum)
     assert (run.returncode, err.strip()) == (code, line), err[-3000:]
     assert _private_rays() == before
     assert not (tmp_path / "out" / "results.json").exists()
@@ -75,23 +85,18 @@ def test_a_signal_during_training_ends_the_run_in_one_line_and_tears_its_ray_dow
 def test_a_signal_while_its_ray_starts_is_one_line_and_leaves_no_ray(base_cfg, tmp_path, signum, code, line):
     """Sent once the command's Ray folder exists, as ray.init starts it. Seen: exit 15 and no line (Ray's handler);
     then, 1 in 12, the signal swallowed inside ray.init and the run training on with logging's lock held."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(PATH=f"{BIN}{os.pathsep}{env['PATH']}", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
     before = _private_rays()
-    run = subprocess.Popen([sys.executable, "-m", "ray_jobs.train", "--workers", "1", "--epochs", "100",
-                            *data_flags(base_cfg), "--output-dir", str(tmp_path / "out")],
-                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
+    run = _on_its_own_ray(base_cfg, tmp_path)
     try:
         deadline = time.monotonic() + 120
         while not set(glob.glob(PRIVATE_RAY)) - before:  # its folder: ray.init comes next (an event, bounded)
             assert run.poll() is None and time.monotonic() < deadline, "no Ray folder within 120 s"
             time.sleep(0.02)
-        os.killpg(run.pid, signum) if signum == signal.SIGINT else run.send_signal(signum)
-        _, err = run.communicate(timeout=120)
-    finally:
+    except BaseException:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
+        raise
+    err = _signalled(run, signum)
     assert (run.returncode, err.strip()) == (code, line), err[-3000:]
     deadline = time.monotonic() + 60  # its reaper stops that Ray once the command has gone
     while _private_rays() != before and time.monotonic() < deadline:
