@@ -48,7 +48,31 @@ def fail_unless_restarted(message: str, code: int) -> None:
     divergence would end each one with the same line (N+1 times); the attempt it does not restart says it once."""
     if torchrun_restarts_left() > 0:
         sys.exit(code)
+    if launcher_rank() > 0:
+        _leave_the_line_to_rank_0(code)
+        say(message, every_rank=True)  # rank 0 never ended: a refusal of this rank's own
+        sys.exit(code)
     fail(message, code)
+
+
+RANK_0_LINE_WAIT_S = 10.0
+"""How long a rank above 0 that refuses waits for rank 0 to say the refusal and exit (skewed start-ups take 1-3 s)."""
+
+
+def _leave_the_line_to_rank_0(code: int) -> None:
+    """Every rank makes the same refusal and rank 0 says it, but torchrun and horovodrun end the other ranks with
+    SIGTERM once one has exited: rank 1 refusing first ended rank 0 before its line (exit -15, no line; 1 in 5 by
+    hand). So a rank above 0 exits when that SIGTERM comes (rank 0 has exited), and returns after the wait if not."""
+    def leave(signum: int, frame: object) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+
+    on_stop_signals(leave)
+    deadline = time.monotonic() + RANK_0_LINE_WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.1)  # short: a signal taken by another thread runs the handler only when this sleep returns
 
 
 def say(message: str, every_rank: bool = False, unless_said: bool = False) -> None:

@@ -6,9 +6,12 @@ The tables call each entry point's real `main` through `cli.run` in this process
 """
 
 import http.server
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -341,6 +344,42 @@ def assert_refused_once_under(result, needle: str) -> None:
     ours = [line for line in output.splitlines() if line.strip().startswith("File ")
             and any(f"/{package}/" in line for package in ("workload", "native_ddp", "horovod_ddp", "ray_jobs"))]
     assert not ours, output[-3000:]
+
+
+@pytest.fixture
+def as_rank_1(monkeypatch):
+    """This process as torchrun's rank 1 of its last attempt; the SIGTERM and Ctrl-C handlers restored after."""
+    for name, value in {"TORCHELASTIC_RUN_ID": "test", "RANK": "1", "TORCHELASTIC_MAX_RESTARTS": "0"}.items():
+        monkeypatch.setenv(name, value)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    monkeypatch.setattr(os, "_exit", lambda code: sys.exit(code))
+    yield
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+def test_a_rank_above_0_leaves_a_refusal_to_rank_0_and_ends_quietly_when_its_launcher_ends_it(as_rank_1, monkeypatch,
+                                                                                              capsys):
+    """torchrun and horovodrun end the other ranks once one has exited: rank 1 refusing first had rank 0 ended before
+    its line (exit -15, no line at all). Rank 1 waits for that SIGTERM, sent once rank 0 has said it and exited."""
+    sleep, waited = time.sleep, []
+
+    def launcher_ends_it(seconds: float) -> None:
+        waited.append(seconds)
+        os.kill(os.getpid(), signal.SIGTERM)
+        sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", launcher_ends_it)
+    with pytest.raises(SystemExit) as ended:
+        cli.fail_unless_restarted("--lr must be a finite number", 2)
+    assert waited and ended.value.code == 2 and capsys.readouterr().err == ""
+
+
+def test_a_rank_above_0_says_a_refusal_rank_0_never_made(as_rank_1, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "RANK_0_LINE_WAIT_S", 0.3)
+    with pytest.raises(SystemExit) as ended:
+        cli.fail_unless_restarted("a refusal of rank 1's own", 2)
+    assert ended.value.code == 2 and capsys.readouterr().err == "error: a refusal of rank 1's own\n"
 
 
 @pytest.mark.cluster
