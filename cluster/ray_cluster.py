@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -108,23 +109,61 @@ def _sigterm_stays_ours() -> Iterator[None]:
     # The driver's core worker, made inside ray.init, installs a C++ handler for SIGTERM over ours: a signal then was
     # a stack dump and exit 134, or 143 only 27 s later (each seen). This process only: Ray's own keep theirs.
     ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
-    cli.on_stop_signals(_end_at_once)
+    cli.on_stop_signals(lambda signum, frame: _end_at_once(signum))
     real = utils.set_sigterm_handler
     utils.set_sigterm_handler = lambda handler: None
     try:
-        yield
+        with _signals_seen_off_the_main_thread():
+            yield
     finally:
         utils.set_sigterm_handler = real
         cli.end_on_sigterm()  # the command's own again, for both signals, as cli.run installed them
 
 
-def _end_at_once(signum: int, frame: object) -> None:
-    """SIGTERM or Ctrl-C during ray.init: the line and the exit code, now. A KeyboardInterrupt raised there can land
-    inside logging's or Ray's own critical sections: seen 1 in 12, swallowed with logging's lock held, the run
-    training on and Ray's log thread blocked. Nothing of the run exists yet; the reaper stops a Ray of our own."""
+@contextlib.contextmanager
+def _signals_seen_off_the_main_thread() -> Iterator[None]:
+    """A Python handler runs only when the main thread is back in Python, and ray.init waits in C++ on its GCS
+    (~30 s when the signal that came ended the GCS too, as `timeout` and Ctrl-C signal the whole process group): a
+    thread reads the signals from Python's wakeup fd, which the C-level handler writes at once, and ends the command."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    watcher = threading.Thread(target=_end_on_a_stop_signal, args=(read,), name="stop-signal-watcher", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(write)  # the watcher reads the end of its pipe and returns
+        watcher.join()
+
+
+def _end_on_a_stop_signal(read: int) -> None:
+    with os.fdopen(read, "rb", buffering=0) as signals:
+        while received := signals.read(1):
+            if received[0] in (signal.SIGTERM, signal.SIGINT):
+                _end_at_once(received[0])
+
+
+_ENDING = threading.Lock()
+_private_ray: str | None = None
+"""The session folder of the Ray this process started, while it starts (see _start_local)."""
+
+
+def _end_at_once(signum: int) -> None:
+    """SIGTERM or Ctrl-C during ray.init: the line and the exit code, now, from whichever of the handler and the
+    watcher comes first (the other waits on the lock for the exit). A KeyboardInterrupt raised there can land inside
+    logging's or Ray's own critical sections: seen 1 in 12, swallowed with logging's lock held, the run training on
+    and Ray's log thread blocked. Nothing of the run exists yet, nothing of a Ray of our own is kept."""
+    _ENDING.acquire()
     sigterm = signum == signal.SIGTERM
     with contextlib.suppress(OSError):  # not logging: its lock may be held here
         os.write(2, f"error: {cli.interrupted_line(sigterm)}\n".encode())
+    if _private_ray:
+        remove_private_ray(_private_ray, at_once=True)
     os._exit(143 if sigterm else 130)
 
 
@@ -173,9 +212,15 @@ def _start_local(ray: object, env_vars: dict[str, str]) -> None:
     ray.init's own session folder, /tmp/ray/session_*, is never removed (about 2 MB a run). Ray keeps its secure
     default here: the local start writes ~/.ray/auth_token, and a later `ray start --head` by the user turns token
     authentication on (README, "Ray cluster")."""
+    global _private_ray
     temp_dir = tempfile.mkdtemp(prefix="ray-ddp-vs-horovod-", dir="/tmp")  # short: Ray's socket paths must fit
+    _private_ray = temp_dir
 
     def stop() -> None:
+        if cli.ending_by_signal():
+            # Nothing of this Ray is kept: ray.shutdown() took 9-11 s here (5 s even with its daemons killed first).
+            remove_private_ray(temp_dir, at_once=True)
+            cli.exit_now(cli.interrupted_exit_code())  # the interpreter's teardown with Ray connected: exit 139
         ray.shutdown()
         remove_private_ray(temp_dir)  # what a shutdown leaves, or a start cut short (Ray's agents, seen after Ctrl-C)
 
@@ -185,7 +230,7 @@ def _start_local(ray: object, env_vars: dict[str, str]) -> None:
         # Its GCS port is Ray's choice, its dashboard's ours: the address of Ray's state API for its actors (see
         # _cluster_for_actors), known before it starts.
         port = free_port()
-        with _temporary_files_in(temp_dir):
+        with _temporary_files_in(temp_dir), _sessions_of_their_own():
             ray.init(log_to_driver=True, _temp_dir=temp_dir, dashboard_port=port, runtime_env={
                 "env_vars": {**env_vars, "RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{port}"}})
     except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this one
@@ -196,6 +241,27 @@ def _start_local(ray: object, env_vars: dict[str, str]) -> None:
         raise RunFailed("the local Ray did not start: its raylet did not register within Ray's 30 s (a busy "
                         "machine); run again when the machine is less busy, or start a cluster with `ray start "
                         "--head` and join it") from None
+
+
+@contextlib.contextmanager
+def _sessions_of_their_own() -> Iterator[None]:
+    """The processes ray.init starts (its GCS, its raylet, and so the raylet's workers and agents), in a session of
+    their own: `timeout` and Ctrl-C signal the command's whole process group, and the raylet ending with it had the
+    driver's core worker exit 1 at once, without our line (1 in 16 signals), or ray.init wait ~30 s on a GCS gone.
+    The command's own stop ends them instead (see _start_local)."""
+    from ray._private import services
+
+    real = services.ConsolePopen
+
+    class InASessionOfItsOwn(real):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **{**kwargs, "start_new_session": True})
+
+    services.ConsolePopen = InASessionOfItsOwn
+    try:
+        yield
+    finally:
+        services.ConsolePopen = real
 
 
 @contextlib.contextmanager
@@ -229,11 +295,11 @@ def _reap_after_this_process(temp_dir: str) -> None:
     _REAPERS.append(reaper)
 
 
-def stop_processes(temp_dir: str | Path) -> int:
+def stop_processes(temp_dir: str | Path, at_once: bool = False) -> int:
     """Stop the Ray whose session folder is `temp_dir`, by PID: `ray stop` stops every Ray on the host.
 
     Its daemons name the folder on their command lines; its workers and agents are their children. A Ray worker
-    may ignore SIGTERM: what is left after STOP_WAIT_S is killed."""
+    may ignore SIGTERM: what is left after STOP_WAIT_S is killed; `at_once`: killed, and not waited for."""
     import psutil
 
     own = [p for p in psutil.process_iter(["cmdline"])
@@ -246,7 +312,9 @@ def stop_processes(temp_dir: str | Path) -> int:
     family.pop(os.getpid(), None)
     for process in family.values():
         with contextlib.suppress(psutil.Error):
-            process.terminate()
+            process.kill() if at_once else process.terminate()
+    if at_once:
+        return len(family)
     _, alive = psutil.wait_procs(list(family.values()), timeout=STOP_WAIT_S)
     for process in alive:
         with contextlib.suppress(psutil.Error):
@@ -254,12 +322,13 @@ def stop_processes(temp_dir: str | Path) -> int:
     return len(family)
 
 
-def remove_private_ray(temp_dir: str | Path) -> None:
+def remove_private_ray(temp_dir: str | Path, at_once: bool = False) -> None:
     """Stop the private Ray in `temp_dir` and remove the folder, again while either is found: a process that Ray
     was starting as the stop looked can write there after it (an empty folder was left once, in 8 signals during a
-    start, its processes gone)."""
-    for _ in range(STOP_PASSES):
-        found = stop_processes(temp_dir)
+    start, its processes gone). `at_once`: one pass, killing (a command that a signal ends: its reaper, which this
+    process's exit wakes, makes the passes after it)."""
+    for _ in range(1 if at_once else STOP_PASSES):
+        found = stop_processes(temp_dir, at_once)
         shutil.rmtree(temp_dir, ignore_errors=True)
         if not found and not os.path.exists(temp_dir):
             return

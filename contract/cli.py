@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import NoReturn
 from dataclasses import MISSING, fields
 
 from contract.config import AFFINITIES, AMP, COMPRESSIONS, DATASETS, ConfigError, TrainConfig
@@ -63,13 +64,7 @@ def _leave_the_line_to_rank_0(code: int) -> None:
     """Every rank makes the same refusal and rank 0 says it, but torchrun and horovodrun end the other ranks with
     SIGTERM once one has exited: rank 1 refusing first ended rank 0 before its line (exit -15, no line; 1 in 5 by
     hand). So a rank above 0 exits when that SIGTERM comes (rank 0 has exited), and returns after the wait if not."""
-    def leave(signum: int, frame: object) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-        os._exit(code)
-
-    on_stop_signals(leave)
+    on_stop_signals(lambda signum, frame: exit_now(code))
     deadline = time.monotonic() + RANK_0_LINE_WAIT_S
     while time.monotonic() < deadline:
         time.sleep(0.1)  # short: a signal taken by another thread runs the handler only when this sleep returns
@@ -208,6 +203,21 @@ def interrupted_line(sigterm: bool, what: str = "") -> str:
     return f"{how} before the command finished; {what or 'a run that had not finished wrote no result'}"
 
 
+def exit_now(code: int) -> NoReturn:
+    """End this process at once, its logs and output flushed, skipping the interpreter's teardown and every
+    `finally` (a group shutdown that would wait on a dead peer, a profiler that aborts at exit)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # closed, or None when started closed
+            stream.flush()
+    os._exit(code)
+
+
+def ending_by_signal() -> bool:
+    """Whether a SIGTERM or Ctrl-C is what ends the command (its line said, its teardown running)."""
+    return _signal is not None
+
+
 def interrupted_exit_code() -> int:
     """130 for Ctrl-C, 143 for SIGTERM, as a shell reports a command the signal ended."""
     return 143 if _signal == signal.SIGTERM else 130
@@ -239,6 +249,8 @@ def run(main: Callable[[], int | None]) -> None:
     finally:
         if whole_process:
             on_stop_signals(_after_main)
+        else:  # called in a process that goes on (the tests): a private Ray's stop at its exit must not see it
+            _signal = None
     sys.exit(code or 0)
 
 

@@ -352,7 +352,7 @@ def as_rank_1(monkeypatch):
     for name, value in {"TORCHELASTIC_RUN_ID": "test", "RANK": "1", "TORCHELASTIC_MAX_RESTARTS": "0"}.items():
         monkeypatch.setenv(name, value)
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    monkeypatch.setattr(os, "_exit", lambda code: sys.exit(code))
+    monkeypatch.setattr(cli, "exit_now", lambda code: sys.exit(code))
     yield
     for signum, handler in handlers.items():
         signal.signal(signum, handler)

@@ -1,8 +1,5 @@
 """The one place that knows rank, world size and device. Backends build a DistContext once and pass it in."""
 
-import contextlib
-import logging
-import os
 import re
 import sys
 import time
@@ -13,6 +10,7 @@ from typing import NoReturn
 import torch
 from torch import Tensor
 
+from contract.cli import exit_now
 from contract.errors import PeerLost, torchrun_restarts_left
 
 # `all_reduce(tensor, op)` with op "sum" or "max" returns the reduced tensor on every rank.
@@ -55,16 +53,6 @@ def leave(error: PeerLost) -> NoReturn:
     """
     print(f"error: {error}", file=sys.stderr, flush=True)
     exit_now(1)
-
-
-def exit_now(code: int) -> NoReturn:
-    """End this process at once, its logs and output flushed, skipping the interpreter's teardown and every
-    `finally` (a group shutdown that would wait on a dead peer, a profiler that aborts at exit)."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, OSError, ValueError):  # closed, or None when started closed
-            stream.flush()
-    os._exit(code)
 
 
 RESUME_HINTS = {

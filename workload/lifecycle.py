@@ -14,7 +14,7 @@ from contract import cli, summary, worker_end
 from contract.config import TrainConfig
 from contract.errors import PeerLost, launcher_rank
 from workload import cores, faults
-from workload.distributed import NO_CHECKPOINT_HINT, RESUME_HINTS, DistContext, exit_now, leave, peer_lost
+from workload.distributed import NO_CHECKPOINT_HINT, RESUME_HINTS, DistContext, leave, peer_lost
 from workload.watchdog import Watchdog
 
 
@@ -84,15 +84,15 @@ def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> None:
             cli.say(f"ended by {name} from {launcher} during the ranks' start-up, before the run finished (the "
                     f"user's signal passed on, or a rank that failed first, whose own lines say why); {hint}",
                     unless_said=True)
-            exit_now(128 + signum)
+            cli.exit_now(128 + signum)
         if passed_on:
             cli.say(f"ended by {name}, which {launcher} passed on to every rank, before the run finished; {hint}",
                     unless_said=True)
-            exit_now(128 + signum)
+            cli.exit_now(128 + signum)
         stopped = RuntimeError(f"{launcher} ended this rank with {name}")
         cli.say(str(peer_lost(stopped, launcher_rank(), launcher, cfg.checkpoint_dir)), every_rank=True,
                 unless_said=True)
-        exit_now(128 + signum)
+        cli.exit_now(128 + signum)
 
     signal.signal(signal.SIGTERM, ended)
 
@@ -101,4 +101,4 @@ def leave_without_teardown() -> NoReturn:
     """A finished torchrun or horovodrun rank, its results written and its group left, ends without the interpreter's
     teardown: C++ threads still joinable then abort a rank that had finished ("terminate called without an active
     exception", exit -6): seen once in 32 traced ranks, and once untraced, with bf16 autocast, in a full test run."""
-    exit_now(0)
+    cli.exit_now(0)
