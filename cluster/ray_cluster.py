@@ -10,10 +10,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NoReturn
 
 from cluster import worker_output
 from contract import cli
@@ -109,56 +109,24 @@ def _sigterm_stays_ours() -> Iterator[None]:
     # The driver's core worker, made inside ray.init, installs a C++ handler for SIGTERM over ours: a signal then was
     # a stack dump and exit 134, or 143 only 27 s later (each seen). This process only: Ray's own keep theirs.
     ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
-    cli.on_stop_signals(lambda signum, frame: _end_at_once(signum))
     real = utils.set_sigterm_handler
     utils.set_sigterm_handler = lambda handler: None
     try:
-        with _signals_seen_off_the_main_thread():
+        with cli.ending_on((signal.SIGTERM, signal.SIGINT), _end_at_once):
             yield
     finally:
         utils.set_sigterm_handler = real
         cli.end_on_sigterm()  # the command's own again, for both signals, as cli.run installed them
 
 
-@contextlib.contextmanager
-def _signals_seen_off_the_main_thread() -> Iterator[None]:
-    """A Python handler runs only when the main thread is back in Python, and ray.init waits in C++ on its GCS
-    (~30 s when the signal that came ended the GCS too, as `timeout` and Ctrl-C signal the whole process group): a
-    thread reads the signals from Python's wakeup fd, which the C-level handler writes at once, and ends the command."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    read, write = os.pipe()
-    os.set_blocking(write, False)
-    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-    watcher = threading.Thread(target=_end_on_a_stop_signal, args=(read,), name="stop-signal-watcher", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        signal.set_wakeup_fd(previous)
-        os.close(write)  # the watcher reads the end of its pipe and returns
-        watcher.join()
-
-
-def _end_on_a_stop_signal(read: int) -> None:
-    with os.fdopen(read, "rb", buffering=0) as signals:
-        while received := signals.read(1):
-            if received[0] in (signal.SIGTERM, signal.SIGINT):
-                _end_at_once(received[0])
-
-
-_ENDING = threading.Lock()
 _private_ray: str | None = None
 """The session folder of the Ray this process started, while it starts (see _start_local)."""
 
 
-def _end_at_once(signum: int) -> None:
-    """SIGTERM or Ctrl-C during ray.init: the line and the exit code, now, from whichever of the handler and the
-    watcher comes first (the other waits on the lock for the exit). A KeyboardInterrupt raised there can land inside
-    logging's or Ray's own critical sections: seen 1 in 12, swallowed with logging's lock held, the run training on
-    and Ray's log thread blocked. Nothing of the run exists yet, nothing of a Ray of our own is kept."""
-    _ENDING.acquire()
+def _end_at_once(signum: int) -> NoReturn:
+    """SIGTERM or Ctrl-C during ray.init: the line and the exit code, now. A KeyboardInterrupt raised there can land
+    inside logging's or Ray's own critical sections: seen 1 in 12, swallowed with logging's lock held, the run
+    training on and Ray's log thread blocked. Nothing of the run exists yet, nothing of a Ray of our own is kept."""
     sigterm = signum == signal.SIGTERM
     with contextlib.suppress(OSError):  # not logging: its lock may be held here
         os.write(2, f"error: {cli.interrupted_line(sigterm)}\n".encode())

@@ -12,9 +12,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import NoReturn
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import MISSING, fields
+from typing import NoReturn
 
 from contract.config import AFFINITIES, AMP, COMPRESSIONS, DATASETS, ConfigError, TrainConfig
 from contract.errors import DataError, Diverged, PeerLost, RunFailed, launcher_rank, torchrun_restarts_left
@@ -188,6 +188,43 @@ def on_stop_signals(handler: Callable[[int, object], None]) -> None:
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def ending_on(signums: tuple[int, ...], end: Callable[[int], NoReturn]) -> Iterator[None]:
+    """`end(signum)` for these signals, from whichever comes first: the Python handler, which runs only once the main
+    thread is back in Python, or a thread reading Python's signal wakeup fd, which the C-level handler writes at once.
+    Where the main thread waits in C++ (ray.init on its GCS; a rank's process group forming) the handler alone came
+    ~30 s late. `end` exits; the other caller waits on the lock for that."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    once = threading.Lock()
+
+    def at_once(signum: int) -> None:
+        once.acquire()
+        end(signum)
+
+    for signum in signums:
+        signal.signal(signum, lambda signum, frame: at_once(signum))
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        with os.fdopen(read, "rb", buffering=0) as received:
+            while byte := received.read(1):
+                if byte[0] in signums:
+                    at_once(byte[0])
+
+    watcher = threading.Thread(target=watch, name="stop-signal-watcher", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(write)  # the watcher reads the end of its pipe and returns
+        watcher.join()
 
 
 def _ended(signum: int, frame: object) -> None:

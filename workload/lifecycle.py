@@ -5,6 +5,7 @@ Each backend supplies a `Framework`: only what its framework forces (how the gro
 collective raises when a peer has gone).
 """
 
+import contextlib
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,9 +43,9 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
     on_ray = launcher == "ray"
     # From before the group exists: a peer that dies while it forms must not leave this rank waiting for gloo's
     # 30-minute default.
-    with Watchdog(cfg.stall_timeout_s, cfg.output_dir, report=on_ray) as watchdog:
+    with contextlib.ExitStack() as stack, Watchdog(cfg.stall_timeout_s, cfg.output_dir, report=on_ray) as watchdog:
         if not on_ray:
-            say_when_ended(launcher, cfg, watchdog)
+            stack.enter_context(say_when_ended(launcher, cfg, watchdog))
             faults.point("init", launcher_rank())
         ctx = framework.init(cfg)
         watchdog.joined(ctx.rank, ctx.world_size)
@@ -72,12 +73,13 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
     return doc
 
 
-def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> None:
+def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> contextlib.AbstractContextManager:
     """torchrun and horovodrun end the other ranks with SIGTERM once one has exited, sometimes before they notice the
     lost peer themselves (seen once under horovodrun): such a rank says so in the lost-peer line and leaves at once,
     without a shutdown that would wait on the dead peer. They also pass on a SIGTERM sent to them (`timeout`, a
-    scheduler): every rank gets it at once, none has died, and rank 0 says so, once."""
-    def ended(signum: int, frame: object) -> None:
+    scheduler): every rank gets it at once, none has died, and rank 0 says so, once. Off the main thread too: a rank
+    waiting in C++ for its group to form ran the handler only when torchrun killed it, 30 s later."""
+    def ended(signum: int) -> NoReturn:
         name, hint = signal.Signals(signum).name, RESUME_HINTS[launcher] if cfg.checkpoint_dir else NO_CHECKPOINT_HINT
         passed_on = watchdog.signalled_with_peers()
         if passed_on is None:  # no heartbeats to tell the two apart yet: neither claimed (both ranks claimed a peer)
@@ -94,7 +96,7 @@ def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> None:
                 unless_said=True)
         cli.exit_now(128 + signum)
 
-    signal.signal(signal.SIGTERM, ended)
+    return cli.ending_on((signal.SIGTERM,), ended)
 
 
 def leave_without_teardown() -> NoReturn:
