@@ -115,6 +115,8 @@ def _sigterm_stays_ours() -> Iterator[None]:
         with cli.ending_on((signal.SIGTERM, signal.SIGINT), _end_at_once):
             yield
     finally:
+        global _private_ray
+        _private_ray = None
         utils.set_sigterm_handler = real
         cli.end_on_sigterm()  # the command's own again, for both signals, as cli.run installed them
 
@@ -192,7 +194,7 @@ def _start_local(ray: object, env_vars: dict[str, str]) -> None:
         ray.shutdown()
         remove_private_ray(temp_dir)  # what a shutdown leaves, or a start cut short (Ray's agents, seen after Ctrl-C)
 
-    atexit.register(stop)  # before ray.init registers its own shutdown, so this runs after it
+    atexit.register(stop)  # after Ray's own shutdown (registered when ray is imported), so this runs before it
     _reap_after_this_process(temp_dir)
     try:
         # Its GCS port is Ray's choice, its dashboard's ours: the address of Ray's state API for its actors (see

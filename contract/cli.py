@@ -46,12 +46,13 @@ def fail(message: str, code: int, every_rank: bool = False) -> None:
 
 def fail_unless_restarted(message: str, code: int) -> None:
     """`fail`, but silent while torchrun has restarts left: it restarts every failed attempt, and the same refusal or
-    divergence would end each one with the same line (N+1 times); the attempt it does not restart says it once."""
+    divergence would end each one with the same line (N+1 times); the attempt it does not restart says it once.
+    Ranks above 0 leave the line to rank 0 (see _leave_the_line_to_rank_0)."""
     if torchrun_restarts_left() > 0:
         sys.exit(code)
     if launcher_rank() > 0:
         _leave_the_line_to_rank_0(code)
-        say(message, every_rank=True)  # rank 0 never ended: a refusal of this rank's own
+        say(message, every_rank=True)  # no SIGTERM within the wait: a refusal of this rank's own, or a slow rank 0
         sys.exit(code)
     fail(message, code)
 
@@ -195,27 +196,33 @@ def ending_on(signums: tuple[int, ...], end: Callable[[int], NoReturn]) -> Itera
     """`end(signum)` for these signals, from whichever comes first: the Python handler, which runs only once the main
     thread is back in Python, or a thread reading Python's signal wakeup fd, which the C-level handler writes at once.
     Where the main thread waits in C++ (ray.init on its GCS; a rank's process group forming) the handler alone came
-    ~30 s late. `end` exits; the other caller waits on the lock for that."""
+    ~30 s late. `end` exits (if it raises, the process exits anyway). The handlers stay after the context."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     once = threading.Lock()
 
-    def at_once(signum: int) -> None:
-        once.acquire()
-        end(signum)
+    def at_once(signum: int, wait_s: float) -> None:
+        # The main thread waits while the watcher ends the process (going on, it said a lost peer of its own), but
+        # not for ever: a handler can run inside a write that holds a lock the watcher's line needs.
+        if not once.acquire(timeout=wait_s):
+            return
+        try:
+            end(signum)
+        finally:
+            os._exit(128 + signum)
 
     for signum in signums:
-        signal.signal(signum, lambda signum, frame: at_once(signum))
+        signal.signal(signum, lambda signum, frame: at_once(signum, ENDING_WAIT_S))
     read, write = os.pipe()
     os.set_blocking(write, False)
     previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
 
     def watch() -> None:
         with os.fdopen(read, "rb", buffering=0) as received:
-            while byte := received.read(1):
+            while (byte := received.read(1)) and byte != _WATCH_ENDS:
                 if byte[0] in signums:
-                    at_once(byte[0])
+                    at_once(byte[0], -1)
 
     watcher = threading.Thread(target=watch, name="stop-signal-watcher", daemon=True)
     watcher.start()
@@ -223,8 +230,14 @@ def ending_on(signums: tuple[int, ...], end: Callable[[int], NoReturn]) -> Itera
         yield
     finally:
         signal.set_wakeup_fd(previous)
-        os.close(write)  # the watcher reads the end of its pipe and returns
-        watcher.join()
+        os.write(write, _WATCH_ENDS)  # not the pipe's end alone: a child forked without exec would hold it open
+        os.close(write)
+        watcher.join(timeout=1)
+
+
+_WATCH_ENDS = b"\0"  # no signal has the number 0
+ENDING_WAIT_S = 10.0
+"""How long the main thread's handler waits for the watcher to end the process (it reads peers' heartbeats first)."""
 
 
 def _ended(signum: int, frame: object) -> None:

@@ -84,6 +84,8 @@ def ended_first(output_dir: str, rank: int, world_size: int) -> list[int]:
             words = []
         if peer != rank and SIGNALLED not in words and not (words and _running(words[0])):
             gone.append(peer)
+    if gone and not folder(output_dir).is_dir():
+        return []  # removed as it was read: by the last signalled rank (see leave)
     return gone
 
 
@@ -104,8 +106,14 @@ def _running(pid: str) -> bool:
 
 
 def leave(output_dir: str, line: str = "") -> None:
-    """The ranks' files go; `line`, the stall's, stays for the driver to read (Ray)."""
-    shutil.rmtree(folder(output_dir), ignore_errors=True)
+    """The ranks' files go; `line`, the stall's, stays for the driver to read (Ray). Renamed away first, whole: a
+    signalled peer reading the files as they went one by one took a removed file for a peer that ended first."""
+    here = folder(output_dir)
+    going = here.with_name(f"{FOLDER}.gone-{os.getpid()}")
+    with contextlib.suppress(OSError):
+        here.rename(going)
+    shutil.rmtree(going, ignore_errors=True)
+    shutil.rmtree(here, ignore_errors=True)
     if line:
         with contextlib.suppress(OSError):
             folder(output_dir).mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -369,7 +370,7 @@ def test_a_rank_above_0_leaves_a_refusal_to_rank_0_and_ends_quietly_when_its_lau
         os.kill(os.getpid(), signal.SIGTERM)
         sleep(seconds)
 
-    monkeypatch.setattr(time, "sleep", launcher_ends_it)
+    monkeypatch.setattr(cli, "time", SimpleNamespace(monotonic=time.monotonic, sleep=launcher_ends_it))
     with pytest.raises(SystemExit) as ended:
         cli.fail_unless_restarted("--lr must be a finite number", 2)
     assert waited and ended.value.code == 2 and capsys.readouterr().err == ""

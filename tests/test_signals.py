@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM end a command in one line with 130 or 143, once what it started is torn down: its private Ray
 (no process left, its folder removed); a comparison says which of its runs had finished."""
 
+import contextlib
 import glob
 import os
 import select
@@ -236,6 +237,7 @@ with ray_cluster._sigterm_stays_ours():
     print(agent.pid)
     time.sleep(600)
 """)
+    agent = 0
     try:
         assert select.select([command.stdout], [], [], 60)[0], "not ready within 60 s"
         agent = int(command.stdout.readline())
@@ -243,6 +245,9 @@ with ray_cluster._sigterm_stays_ours():
         _, err = command.communicate(timeout=60)  # without the watcher: 600 s
     finally:
         command.kill()
+        if agent:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(agent, signal.SIGKILL)
     assert (command.returncode, err.strip()) == (code, line)
     assert not folder.exists()
     assert not psutil.pid_exists(agent) or psutil.Process(agent).status() == psutil.STATUS_ZOMBIE

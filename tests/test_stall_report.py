@@ -2,6 +2,7 @@
 
 import os
 import time
+from pathlib import Path
 
 from contract import stall_report
 from workload.watchdog import Watchdog
@@ -84,3 +85,22 @@ def test_a_launcher_passing_sigterm_on_is_told_from_one_ending_the_ranks_after_a
     # The last signalled rank removed the folder: a rank reading after that was signalled with the others.
     stall_report.leave(str(tmp_path))
     assert stall_report.ended_first(str(tmp_path), 1, 3) == []
+
+
+def test_a_peer_reading_the_files_as_the_last_signalled_rank_removes_them_claims_no_death(tmp_path, monkeypatch):
+    """Both ranks signalled at once: rank 0, last to mark itself, removes the folder while rank 1 reads rank 0's
+    file (seen once rank 1 no longer waited in a collective to run its handler: "rank 1 lost a peer", 3 runs of 4)."""
+    out = str(tmp_path)
+    for rank in (0, 1):
+        stall_report.beat(out, rank, make=True)
+        stall_report.mark_signalled(out, rank)
+    real = Path.read_text
+
+    def removed_as_read(path: Path, *args, **kwargs) -> str:
+        if path.name == "rank0":
+            stall_report.leave(out)  # rank 0 found every rank signalled
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", removed_as_read)
+    assert stall_report.ended_first(out, 1, 2) == []
+    assert not stall_report.folder(out).exists() and os.listdir(out) == []
