@@ -273,9 +273,8 @@ def test_a_killed_torchrun_agent_leaves_no_rank_behind(trial_cfg, tmp_path):
 
 
 def test_torchrun_restarts_without_a_store_per_attempt_are_refused(trial_cfg, tmp_path):
-    # One rank: with two, rank 1 could refuse first and torchrun end rank 0 before its line (seen; an open finding).
-    result = _plain_run("torchrun", replace(trial_cfg, workers=1), tmp_path, "",
-                        env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}, restarts=1)
+    result = _plain_run("torchrun", trial_cfg, tmp_path, "", env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"},
+                        restarts=1)
     assert result.returncode != 0
     assert "error: torchrun --max-restarts restarts reliably only with a fresh store" in result.stderr
     assert not (tmp_path / "out").exists()
