@@ -200,7 +200,9 @@ def ending_on(signums: tuple[int, ...], end: Callable[[int], NoReturn]) -> Itera
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    once = threading.Lock()
+    # Re-entrant: a second signal (timeout's own, then the launcher's copy) ran its handler inside the first's ending
+    # in the same thread, and waited the whole ENDING_WAIT_S on it (10 s late, 1 in 3 runs of SIGTERM to mp.spawn).
+    once = threading.RLock()
 
     def at_once(signum: int, wait_s: float) -> None:
         # The main thread waits while the watcher ends the process (going on, it said a lost peer of its own), but

@@ -66,14 +66,24 @@ def who_stalled(quiet: dict[int, float]) -> str:
 
 
 def mark_signalled(output_dir: str, rank: int) -> None:
+    # Whole, by a rename: a peer signalled at the same instant read the file truncated, empty, as a rank that had
+    # ended first (native_ddp.spawn passes a signal on to both ranks within microseconds: 1 run in 2).
     with contextlib.suppress(OSError):
-        (folder(output_dir) / f"rank{rank}").write_text(f"{os.getpid()} {SIGNALLED}")
+        partial = folder(output_dir) / f".rank{rank}.{os.getpid()}"
+        partial.write_text(f"{os.getpid()} {SIGNALLED}")
+        os.replace(partial, folder(output_dir) / f"rank{rank}")
 
 
-def ended_first(output_dir: str, rank: int, world_size: int) -> list[int]:
-    """The peers that ended before a signal reached them: no file (a rank that ends removes it), or a process gone
-    without having been signalled. A launcher passing the user's SIGTERM on reaches every rank at once; one ending
-    the others after a death finds that rank gone."""
+def present(output_dir: str, world_size: int) -> set[int]:
+    """The ranks whose file is there now."""
+    return {peer for peer in range(world_size) if (folder(output_dir) / f"rank{peer}").exists()}
+
+
+def ended_first(output_dir: str, rank: int, world_size: int, seen: set[int]) -> list[int]:
+    """The peers that ended before a signal reached them: a file once `seen` and gone now (a rank that ends removes
+    it), or a process gone without having been signalled. A launcher passing the user's SIGTERM on reaches every
+    rank at once; one ending the others after a death finds that rank gone. A file never seen is a peer that has not
+    shown it is alive yet (its first beat comes up to a second after the output folder exists), not one that ended."""
     if not folder(output_dir).is_dir():
         return []  # the last signalled rank removed it, which it does only once every rank was signalled
     gone = []
@@ -81,7 +91,9 @@ def ended_first(output_dir: str, rank: int, world_size: int) -> list[int]:
         try:
             words = (folder(output_dir) / f"rank{peer}").read_text().split()
         except OSError:
-            words = []
+            if peer in seen:
+                gone.append(peer)
+            continue
         if peer != rank and SIGNALLED not in words and not (words and _running(words[0])):
             gone.append(peer)
     if gone and not folder(output_dir).is_dir():

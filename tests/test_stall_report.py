@@ -67,16 +67,19 @@ def test_a_launcher_passing_sigterm_on_is_told_from_one_ending_the_ranks_after_a
 
     for rank in range(3):
         stall_report.beat(str(tmp_path), rank, make=True)  # each file holds this process's pid: all running
-    assert stall_report.ended_first(str(tmp_path), 0, 3) == []
+    seen = stall_report.present(str(tmp_path), 3)
+    assert seen == {0, 1, 2} and stall_report.ended_first(str(tmp_path), 0, 3, seen) == []
     # A peer whose process has ended without SIGTERM reaching it died first; one signalled too did not.
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (stall_report.folder(str(tmp_path)) / "rank2").write_text(ended.stdout.strip())
-    assert stall_report.ended_first(str(tmp_path), 0, 3) == [2]
+    assert stall_report.ended_first(str(tmp_path), 0, 3, seen) == [2]
     (stall_report.folder(str(tmp_path)) / "rank2").write_text(f"{ended.stdout.strip()} {stall_report.SIGNALLED}")
-    assert stall_report.ended_first(str(tmp_path), 0, 3) == []
-    # A peer with no file ended and removed it.
+    assert stall_report.ended_first(str(tmp_path), 0, 3, seen) == []
+    # A peer whose file was seen and is gone ended and removed it; one never seen has not beaten yet (seen 1 in 8
+    # SIGTERMs to mp.spawn, within a second of the output folder's making: "rank 1 lost a peer" beside rank 0's line).
     (stall_report.folder(str(tmp_path)) / "rank1").unlink()
-    assert stall_report.ended_first(str(tmp_path), 0, 3) == [1]
+    assert stall_report.ended_first(str(tmp_path), 0, 3, seen) == [1]
+    assert stall_report.ended_first(str(tmp_path), 0, 3, {0, 2}) == []
     stall_report.beat(str(tmp_path), 1, make=True)
     for rank in (0, 1):
         assert not stall_report.every_rank_signalled(str(tmp_path), 3)
@@ -84,7 +87,7 @@ def test_a_launcher_passing_sigterm_on_is_told_from_one_ending_the_ranks_after_a
     assert stall_report.every_rank_signalled(str(tmp_path), 3)
     # The last signalled rank removed the folder: a rank reading after that was signalled with the others.
     stall_report.leave(str(tmp_path))
-    assert stall_report.ended_first(str(tmp_path), 1, 3) == []
+    assert stall_report.ended_first(str(tmp_path), 1, 3, seen) == []
 
 
 def test_a_peer_reading_the_files_as_the_last_signalled_rank_removes_them_claims_no_death(tmp_path, monkeypatch):
@@ -102,5 +105,5 @@ def test_a_peer_reading_the_files_as_the_last_signalled_rank_removes_them_claims
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(Path, "read_text", removed_as_read)
-    assert stall_report.ended_first(out, 1, 2) == []
+    assert stall_report.ended_first(out, 1, 2, {0, 1}) == []
     assert not stall_report.folder(out).exists() and os.listdir(out) == []

@@ -33,6 +33,7 @@ class Watchdog(Tool):
         self.rank: int | None = None
         self.world_size = 1
         self._made = False  # the heartbeat folder, once: after a stall removed it, no beat brings it back
+        self._seen: set[int] = set()  # the ranks whose file this rank has seen: a file never seen is not a death
         self._last = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="stall-watchdog", daemon=True)
@@ -50,6 +51,7 @@ class Watchdog(Tool):
     def joined(self, rank: int, world_size: int) -> None:
         """The group has formed: this rank's number, so that its heartbeat and its stall line can name it."""
         self.rank, self.world_size = rank, world_size
+        self._beat()  # its file now where the folder exists, not at the watcher's next beat
 
     def kick(self, phase: str = "training") -> None:
         """Progress was made (the group formed, a step, an evaluation or a checkpoint finished); `phase` is next."""
@@ -90,20 +92,26 @@ class Watchdog(Tool):
     def signalled_with_peers(self) -> bool | None:
         """After SIGTERM: whether every peer is still running or was signalled too (a launcher passing the user's
         signal on) rather than one having ended first (a launcher ending the others after a death); None when
-        this rank has not shown it is alive yet (start-up: no heartbeat folder before the output folder exists).
-        The last rank signalled removes the heartbeat folder."""
+        this rank or every peer has not shown it is alive yet (start-up: no heartbeat folder before the output
+        folder exists). The last rank signalled removes the heartbeat folder."""
         if not (self._known() and self._made):
             return None
         stall_report.mark_signalled(self.output_dir, self.rank)
-        if stall_report.ended_first(self.output_dir, self.rank, self.world_size):
+        # No peer's file seen yet (or ever: another host without a shared folder): nothing to tell the two apart.
+        seen = self._seen | stall_report.present(self.output_dir, self.world_size)
+        first = stall_report.ended_first(self.output_dir, self.rank, self.world_size, seen) \
+            if seen - {self.rank} else None
+        if first:
             return False
         if stall_report.every_rank_signalled(self.output_dir, self.world_size):
             stall_report.leave(self.output_dir)
-        return True
+        return None if first is None else True
 
     def _beat(self) -> None:
         if self._known():
             self._made = stall_report.beat(self.output_dir, self.rank, make=not self._made) or self._made
+            if len(self._seen) < self.world_size:
+                self._seen |= stall_report.present(self.output_dir, self.world_size)
 
     def _known(self) -> bool:
         """Whether this rank has a number and a folder to show it is alive in."""
