@@ -26,7 +26,7 @@ test-fast: $(STAMP)
 compare: $(STAMP)
 	$(BIN)/python -m ray_jobs.compare $(ARGS)
 
-# Ray beside torchrun and horovodrun, repeated: prints the ratio table with its goals (a benchmark, not a test).
+# Ray beside torchrun, mp.spawn and horovodrun, repeated: prints the ratio table with its goals (a benchmark, not a test).
 bench: $(STAMP)
 	$(BIN)/python -m ray_jobs.bench $(ARGS)
 

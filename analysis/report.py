@@ -172,7 +172,7 @@ def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
     s = comparison["settings"]
     if not set(BACKENDS) <= set(s["backends"]):
         return f"it compares native with horovod, and this comparison ran only {', '.join(s['backends'])}"
-    a, b = BACKENDS if "ray" in s["launchers"] else tuple(speed.OWN_LAUNCHER_ARMS.values())
+    a, b = speed.compared_arms(s["launchers"])
     counts = []
     for arm in (a, b):
         arm_runs = [r for r in comparison["runs"] if r["workers"] == workers and r["arm"] == arm]
@@ -212,7 +212,8 @@ def overhead_table(comparison: dict[str, Any], workers: int) -> str | None:
              "end-to-end ratio above 1 means Ray takes longer from launch to return.", "",
              "| backend | vanilla launcher | steady samples/s, Ray ÷ vanilla | end-to-end time, Ray ÷ vanilla |",
              "|---|---|---|---|"]
-    for backend, section in overhead.items():
+    for key, section in overhead.items():
+        backend = section.get("backend", key)  # comparisons before mp.spawn keyed the table by backend
         steady, end = (ratio_text(section[k]) if k in section else "—" for k in ("steady", "end_to_end"))
         lines.append(f"| {backend} | {section['vanilla']} | {steady} | {end} |")
     return "\n".join(lines)
@@ -285,7 +286,8 @@ def report_markdown(comparison: dict[str, Any]) -> str:
         "`reference` is one process running each step's per-worker micro-batches one after another and averaging "
         "their gradients (with 1 worker: the tutorials' single-process baseline); `global-batch` is one forward "
         "pass over the same global batch (BatchNorm over all of it; information only). An arm is a backend under "
-        "a launcher: `native` and `horovod` under Ray, `native/torchrun` and `horovod/horovodrun` under their own. "
+        "a launcher: `native` and `horovod` under Ray, `native/torchrun`, `native/mp.spawn` and `horovod/horovodrun` "
+        "under their own. "
         "Losses, accuracy and the per-step columns are from each arm's first finished run, timing from its last "
         f"epoch with the first {cfg['warmup_steps']} steps of each epoch left out; comm share is the time "
         "spent waiting for averaged gradients after the local backward pass finished; time to target accuracy "
@@ -350,8 +352,8 @@ def report_markdown(comparison: dict[str, Any]) -> str:
             out.append(f"- {r['arm']} with {r['workers']} worker(s){when}: {r['error']}")
     if placed := placement_table(comparison):
         out += ["", "## Where the ranks ran", "",
-                "Each run's ranks by node, as the workers reported them (on Ray, Ray's node; under torchrun and "
-                "horovodrun, the host)" + (f"; every run crossed a simulated link of {net['link_rate']} between "
+                "Each run's ranks by node, as the workers reported them (on Ray, Ray's node; under torchrun, "
+                "mp.spawn and horovodrun, the host)" + (f"; every run crossed a simulated link of {net['link_rate']} between "
                                           f"{net['nodes']} nodes" if (net := s.get("network")) else "") + ".", "",
                 placed]
     out += ["", "## BatchNorm buffers and evaluation", "", BN_NOTE, "",

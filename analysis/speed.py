@@ -8,14 +8,15 @@ the machine touches both. A round where either run failed drops out of the pairi
 from typing import Any
 
 from analysis import stats
-from contract.config import AA_SUFFIX, BACKENDS, OWN_LAUNCHER
+from contract.config import AA_SUFFIX, BACKENDS, OWN_LAUNCHERS
 
 METRIC = "steady_samples_per_s"
 METRIC_TEXT = ("steady-state throughput: total samples/s from the median step time of the last epoch, warm-up steps "
                "left out")
-OWN_LAUNCHER_ARMS = {backend: f"{backend}/{launcher}" for backend, launcher in OWN_LAUNCHER.items()}
-"""Each backend's arm under its own launcher, by its label."""
-DISTRIBUTED_ARMS = (*BACKENDS, *OWN_LAUNCHER_ARMS.values())
+OWN_LAUNCHER_ARMS = {f"{backend}/{launcher}": backend for backend, launchers in OWN_LAUNCHERS.items()
+                     for launcher in launchers}
+"""Each backend's arms under its own launchers, by label: the backend each trains."""
+DISTRIBUTED_ARMS = (*BACKENDS, *OWN_LAUNCHER_ARMS)
 """The arms that train on more than one process: each backend on Ray, then under its own launcher."""
 
 
@@ -43,8 +44,12 @@ def estimate_dict(estimate: stats.RatioEstimate) -> dict[str, Any]:
 
 
 def compared_arms(launchers: list[str]) -> tuple[str, str]:
-    """The arms native ÷ Horovod compares: on Ray when Ray ran, else each under its own launcher."""
-    return BACKENDS if "ray" in launchers else tuple(OWN_LAUNCHER_ARMS.values())
+    """The arms native ÷ Horovod compares: on Ray when Ray ran, else each under its own launcher (native's first
+    in --launchers' order)."""
+    if "ray" in launchers:
+        return BACKENDS
+    return tuple(f"{backend}/{next((n for n in launchers if n in OWN_LAUNCHERS[backend]), OWN_LAUNCHERS[backend][0])}"
+                 for backend in BACKENDS)
 
 
 def estimate(runs: list[dict[str, Any]], workers: int, a: str, b: str, pilot: int | None,
@@ -88,16 +93,17 @@ def noise_floor(runs: list[dict[str, Any]], workers: int, arms: list[str],
 
 
 def launcher_overhead(runs: list[dict[str, Any]], workers: int, pilot: int | None = None) -> dict[str, Any]:
-    """Ray ÷ the backend's own launcher, for steady-state throughput and for end-to-end wall time.
+    """Ray ÷ each of the backend's own launchers, for steady-state throughput and for end-to-end wall time, by the
+    vanilla arm's label.
 
     A steady ratio below 1 means Ray trains slower; an end-to-end ratio above 1 means Ray takes longer overall.
     """
     out = {}
-    for backend, vanilla in OWN_LAUNCHER_ARMS.items():
-        section = {"vanilla": vanilla.split("/")[1]}
+    for vanilla, backend in OWN_LAUNCHER_ARMS.items():
+        section = {"backend": backend, "vanilla": vanilla.split("/")[1]}
         for name, key in (("steady", METRIC), ("end_to_end", "end_to_end_s")):
             if found := estimate(runs, workers, backend, vanilla, pilot, key):
                 section[name] = estimate_dict(found)
-        if len(section) > 1:
-            out[backend] = section
+        if len(section) > 2:
+            out[vanilla] = section
     return out

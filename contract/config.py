@@ -7,8 +7,9 @@ from typing import Any
 
 BACKENDS = ("native", "horovod")
 """The two distributed backends this project compares."""
-OWN_LAUNCHER = {"native": "torchrun", "horovod": "horovodrun"}
-"""The launcher each backend ships with, the baseline Ray is measured against."""
+OWN_LAUNCHERS = {"native": ("torchrun", "mp.spawn"), "horovod": ("horovodrun",)}
+"""The launchers each backend ships with, the baselines Ray is measured against: native DDP's torchrun and the
+tutorials' torch.multiprocessing.spawn (native_ddp/spawn.py), Horovod's horovodrun."""
 AA_SUFFIX = "-aa"
 """An A/A twin's label: the same arm run again under a name of its own, interleaved beside it, so that the paired
 ratio of an arm with itself measures the noise floor (`compare --aa`)."""

@@ -24,13 +24,18 @@ class RunFailed(RuntimeError):
     line, exit 1."""
 
 
+SPAWNED_ENV = "NATIVE_DDP_SPAWNED"
+"""Set by native_ddp.spawn in each rank it starts with torch.multiprocessing.spawn."""
+
+
 def launcher_rank() -> int:
-    """This process's rank as torchrun (RANK) or horovodrun (HOROVOD_RANK) set it, before any process group.
+    """This process's rank as torchrun or mp.spawn (RANK) or horovodrun (HOROVOD_RANK) set it, before any process
+    group.
 
     Only for printing a refusal once rather than once per rank; everything else takes the rank from DistContext.
     """
-    # RANK alone may be any job system's; torchrun also sets TORCHELASTIC_RUN_ID.
-    name = "RANK" if "TORCHELASTIC_RUN_ID" in os.environ else "HOROVOD_RANK"
+    # RANK alone may be any job system's; torchrun also sets TORCHELASTIC_RUN_ID, native_ddp.spawn SPAWNED_ENV.
+    name = "RANK" if "TORCHELASTIC_RUN_ID" in os.environ or SPAWNED_ENV in os.environ else "HOROVOD_RANK"
     value = os.environ.get(name, "")
     return int(value) if value.isdigit() else 0
 

@@ -15,7 +15,7 @@ import psutil
 from contract import results
 
 PHASES = ("workers_started", "process_group_ready", "first_step_done", "training_done", "launcher_returned")
-LAUNCHER_NAMES = ("torchrun", "horovodrun", "torch.distributed.run")
+LAUNCHER_NAMES = ("torchrun", "horovodrun", "torch.distributed.run", "native_ddp.spawn")
 
 
 def process_started() -> float:
@@ -28,7 +28,8 @@ def launcher_started() -> float:
 
 
 def launcher_process() -> psutil.Process:
-    """The command a user typed: the nearest torchrun or horovodrun above this process, else this process."""
+    """The command a user typed: the nearest torchrun, horovodrun or native_ddp.spawn above this process, else this
+    process."""
     me = psutil.Process()
     for parent in me.parents():
         try:

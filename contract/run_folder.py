@@ -18,14 +18,15 @@ DEFAULT = "results/<run-id>"
 
 def resolve(output_dir: str, backend: str, launcher: str) -> str:
     """`output_dir`, or where it is DEFAULT: results/<UTC start>-<backend>-<launcher>-<pid> of the launcher process
-    (torchrun's agent, horovodrun) this rank runs under, or of this process where there is none."""
+    (torchrun's agent, horovodrun) this rank runs under, or of this process where there is none or it is the
+    launcher (Ray's driver, native_ddp.spawn)."""
     if output_dir != DEFAULT:
         return output_dir
     import psutil
 
     from contract import phases
 
-    process = phases.launcher_process() if launcher != "ray" else psutil.Process()  # the driver is Ray's launcher
+    process = psutil.Process() if launcher in ("ray", "mp.spawn") else phases.launcher_process()
     started = datetime.fromtimestamp(process.create_time(), timezone.utc).strftime("%Y%m%d-%H%M%S")
     return str(Path(DEFAULT).parent / f"{started}-{backend}-{launcher}-{process.pid}")
 

@@ -4,6 +4,8 @@
   (already joined to the cluster, as a long-lived driver or notebook is).
 - `torchrun`: `torchrun --standalone --nproc-per-node N -m native_ddp.train`, the whole command, with
   TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (the setting under which torchrun's restarts work, see TORCHRUN_ENV).
+- `mp.spawn`: `python -m native_ddp.spawn --workers N`, the classic DDP tutorials' torch.multiprocessing.spawn, the
+  whole command.
 - `horovodrun`: `horovodrun -np N --gloo python -m horovod_ddp.train`, the whole command.
 - `local`: the single-process references (workload/reference.py).
 
@@ -23,11 +25,11 @@ from typing import Any
 
 from cluster.ray_cluster import RayRunOptions
 from contract import cli, options, phases
-from contract.config import AA_SUFFIX, OWN_LAUNCHER, ConfigError, TrainConfig
+from contract.config import AA_SUFFIX, OWN_LAUNCHERS, ConfigError, TrainConfig
 from launchers import on_ray
 
 log = logging.getLogger(__name__)
-LAUNCHERS = ("ray", "torchrun", "horovodrun")
+LAUNCHERS = ("ray", "torchrun", "mp.spawn", "horovodrun")
 LOG = "launcher.log"
 TORCHRUN_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 """torchrun's shared rendezvous store outlives a restart and its keys carry no attempt number, so restarted ranks
@@ -44,8 +46,8 @@ class Arm:
 
     @property
     def label(self) -> str:
-        """`native`, `horovod` (on Ray), `native/torchrun`, `horovod/horovodrun`, or a reference's name; an A/A
-        twin's ends in -aa."""
+        """`native`, `horovod` (on Ray), `native/torchrun`, `native/mp.spawn`, `horovod/horovodrun`, or a
+        reference's name; an A/A twin's ends in -aa."""
         label = self.backend if self.launcher in ("ray", "local") else f"{self.backend}/{self.launcher}"
         return label + (AA_SUFFIX if self.twin else "")
 
@@ -62,7 +64,7 @@ def for_backends(backends: list[str], launchers: list[str], aa: bool = False) ->
     """Every backend on Ray, and each backend under its own launcher where that launcher was asked for; with `aa`,
     each of those arms' A/A twin after them."""
     compared = [Arm(backend, launcher) for launcher in launchers for backend in backends
-                if launcher == "ray" or OWN_LAUNCHER[backend] == launcher]
+                if launcher == "ray" or launcher in OWN_LAUNCHERS[backend]]
     return compared + ([Arm(arm.backend, arm.launcher, twin=True) for arm in compared] if aa else [])
 
 
@@ -71,10 +73,11 @@ def check_available(launchers: list[str], backends: list[str]) -> None:
     for launcher in launchers:
         if launcher == "ray":
             continue
-        if not any(OWN_LAUNCHER[b] == launcher for b in backends):
-            raise ConfigError(f"--launchers {launcher} runs {next(b for b, l in OWN_LAUNCHER.items() if l == launcher)}, "
+        if not any(launcher in OWN_LAUNCHERS[b] for b in backends):
+            raise ConfigError(f"--launchers {launcher} runs "
+                              f"{next(b for b, names in OWN_LAUNCHERS.items() if launcher in names)}, "
                               f"which --backends leaves out; add it or drop {launcher}")
-        if _executable(launcher) is None:
+        if launcher != "mp.spawn" and _executable(launcher) is None:  # mp.spawn is this Python's
             raise ConfigError(f"--launchers {launcher}: `{launcher}` is not on PATH here; run `make install` and "
                               f"activate .venv, or leave {launcher} out")
 
@@ -94,7 +97,8 @@ def run(arm: Arm, cfg: TrainConfig) -> dict[str, Any]:
 
 
 def command(arm: Arm, cfg: TrainConfig, *, restarts: int = 0, ray_options: RayRunOptions | None = None) -> list[str]:
-    """The command a user types for `arm`: torchrun or horovodrun, or `python -m ray_jobs.train` for Ray.
+    """The command a user types for `arm`: torchrun, mp.spawn's entry point or horovodrun, or `python -m
+    ray_jobs.train` for Ray.
 
     `restarts`: torchrun's --max-restarts. `ray_options`: --name, --storage-path and --max-failures for Ray.
     """
@@ -107,6 +111,8 @@ def command(arm: Arm, cfg: TrainConfig, *, restarts: int = 0, ray_options: RayRu
     # Each entry point offers only the options its framework has (compare hands each backend only those).
     flags = cli.config_to_args(cfg, exclude=("workers", *(options.HOROVOD_ONLY if arm.backend == "native" else
                                                          options.DDP_ONLY)))
+    if arm.launcher == "mp.spawn":
+        return [sys.executable, "-m", "native_ddp.spawn", "--workers", str(cfg.workers), *flags]
     if arm.launcher == "torchrun":
         # --standalone: a private rendezvous on a free port, so runs never collide on torchrun's default 29500.
         return [_executable("torchrun"), "--standalone", "--nproc-per-node", str(cfg.workers),

@@ -35,9 +35,9 @@ def main() -> int:
                           "--rdzv-endpoint HOST:PORT) ... (README: Workers that die)")
     preflight.check_config(cfg)  # again with the world size once the group exists
     run_folder.announce(args.output_dir, output_dir)
-    from native_ddp.worker import run_torchrun
+    from native_ddp.worker import run_launched
 
-    return run_torchrun(cfg)
+    return run_launched(cfg, "torchrun")
 
 
 if __name__ == "__main__":

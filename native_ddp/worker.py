@@ -1,13 +1,15 @@
-"""Native DDP's worker entry points: Ray Train's worker function and one torchrun rank. Each runs the DDP adapter
-(native_ddp/adapter.py) inside the rank's life (workload/lifecycle.py).
+"""Native DDP's worker entry points: Ray Train's worker function, one torchrun rank and one mp.spawn rank. Each runs
+the DDP adapter (native_ddp/adapter.py) inside the rank's life (workload/lifecycle.py).
 
 Under Ray Train (`train_func`, launched by `ray_jobs.train --backend native`), TorchTrainer has already
 created the process group (gloo on CPU, NCCL on GPU) and picked the device. Under torchrun
-(`run_torchrun`, from `torchrun --nproc-per-node N -m native_ddp.train`), this module creates the group from
-torchrun's environment.
+(`run_launched`, from `torchrun --nproc-per-node N -m native_ddp.train`) and mp.spawn (`spawned_rank`, from
+`python -m native_ddp.spawn --workers N`), this module creates the group from the environment the launcher set.
 """
 
+import ctypes
 import os
+import signal
 import tempfile
 from dataclasses import replace
 from typing import Any, NoReturn
@@ -15,8 +17,9 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from contract import preflight
+from contract import cli, preflight
 from contract.config import TrainConfig
+from contract.errors import SPAWNED_ENV
 from contract.results import History
 from native_ddp.adapter import lost_peer, torch_all_reduce, train
 from workload import checkpoint
@@ -35,19 +38,21 @@ def _ray_train_context(cfg: TrainConfig) -> DistContext:
                        local_rank=context.get_local_rank(), device=device, all_reduce=torch_all_reduce(device))
 
 
-def _torchrun_group(cfg: TrainConfig) -> DistContext:
+def _group_from_environment(cfg: TrainConfig) -> DistContext:
     local_rank = int(os.environ["LOCAL_RANK"])
     device = torch.device("cuda", local_rank) if cfg.use_gpu else torch.device("cpu")
     if cfg.use_gpu:
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cfg.use_gpu else "gloo")  # DDP: env:// from torchrun
+    dist.init_process_group("nccl" if cfg.use_gpu else "gloo")  # DDP: env://, from torchrun or native_ddp.spawn
     return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank, device=device,
                        all_reduce=torch_all_reduce(device))
 
 
-# DDP: Ray Train forms and ends the group around train_func; under torchrun the rank does both.
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+# DDP: Ray Train forms and ends the group around train_func; under torchrun and mp.spawn the rank does both.
 RAY_TRAIN = Framework(init=_ray_train_context, lost_peer=lost_peer, shutdown=lambda: None)
-TORCHRUN = Framework(init=_torchrun_group, lost_peer=lost_peer, shutdown=dist.destroy_process_group)
+LAUNCHED = Framework(init=_group_from_environment, lost_peer=lost_peer, shutdown=dist.destroy_process_group)
 
 
 def train_func(config: dict[str, Any]) -> None:
@@ -101,20 +106,35 @@ def _ray_report(ctx: DistContext, cfg: TrainConfig, ray_checkpoints: bool):
     return report
 
 
-def run_torchrun(cfg: TrainConfig) -> NoReturn:
-    """One torchrun rank, `cfg` already checked by native_ddp.train: rank and world size come from torchrun's
-    environment, through torch.distributed."""
+def run_launched(cfg: TrainConfig, launcher: str) -> NoReturn:
+    """One torchrun or mp.spawn rank, `cfg` already checked by the entry point: rank and world size come from the
+    environment the launcher set, through torch.distributed."""
 
     def body(ctx: DistContext, watchdog) -> dict[str, Any] | None:
         rank_cfg = replace(cfg, workers=ctx.world_size)
         preflight.check_config(rank_cfg)  # every rank checks alike, so a refusal ends them all before any collective
         # Before any data is written; every rank reads the same file and so refuses alike, none left waiting.
-        state = resume_state(rank_cfg, "native", "torchrun")
-        rank_cfg = resolve_dataset(ctx, rank_cfg)
-        return train(ctx, rank_cfg, "torchrun", state=state, watchdog=watchdog,
+        state = resume_state(rank_cfg, "native", launcher)
+        if launcher != "mp.spawn":  # native_ddp.spawn resolved it before spawning the ranks
+            rank_cfg = resolve_dataset(ctx, rank_cfg)
+        return train(ctx, rank_cfg, launcher, state=state, watchdog=watchdog,
                      restarts=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
                      save_checkpoint=checkpoint.directory_saver(ctx.rank, rank_cfg.checkpoint_dir, rank_cfg,
-                                                                "native", "torchrun"))
+                                                                "native", launcher))
 
-    run_rank(TORCHRUN, "torchrun", cfg, body)
+    run_rank(LAUNCHED, launcher, cfg, body)
     leave_without_teardown()
+
+
+def spawned_rank(index: int, config: dict[str, Any], world_size: int) -> None:
+    """Rank `index` as torch.multiprocessing.spawn calls it (native_ddp/spawn.py): the environment torchrun would
+    give it, then the same rank's life. Ctrl-C is the launcher's to pass on, as SIGTERM, as torchrun does."""
+    os.environ.update(RANK=str(index), LOCAL_RANK=str(index), WORLD_SIZE=str(world_size), **{SPAWNED_ENV: "1"})
+    # torch's wrapper asks for SIGINT when the launcher dies, which these ranks ignore: SIGTERM, which they answer.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    def rank() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # again: cli.run has just set its own handler for it
+        run_launched(TrainConfig.from_dict(config), "mp.spawn")
+
+    cli.run(rank)

@@ -4,8 +4,9 @@
     make bench ARGS=--aa                         # and each arm against itself: the noise floor
     python -m ray_jobs.bench --repeats 5 --epochs 3 --workers 2
 
-Runs native DDP on Ray and under torchrun, Horovod on Ray and under horovodrun, R rounds in a balanced order, and
-prints one table: Ray ÷ torchrun and Ray ÷ horovodrun for steady-state throughput and end-to-end wall time, and
+Runs native DDP on Ray, under torchrun and under mp.spawn, Horovod on Ray and under horovodrun, R rounds in a balanced
+order, and prints one table: Ray ÷ torchrun, Ray ÷ mp.spawn and Ray ÷ horovodrun for steady-state throughput and
+end-to-end wall time, and
 native ÷ Horovod, each with its 95 % interval and, beside it, its goal. Goals are printed, never asserted: the
 figures of one noisy 2-core machine inform, they do not gate. Everything lands in <output-dir>/<run-id>/ as for
 ray_jobs.compare (comparison.json, report.md, plots).
@@ -20,6 +21,7 @@ import logging
 from typing import Any
 
 from analysis import report, runs
+from analysis.speed import OWN_LAUNCHER_ARMS
 from contract import cli, preflight
 from contract.config import BACKENDS, ConfigError
 from launchers import arms
@@ -60,8 +62,10 @@ def table(comparison: dict[str, Any]) -> str:
                   "ratio (95 % CI)",
                   f"{'comparison':<26} {'steady-state throughput':<26} {'end-to-end wall time':<26} goal and verdict"]
         overhead = comparison["launcher_overhead"].get(n, {})
-        for backend, name in (("native", "Ray native ÷ torchrun"), ("horovod", "Ray Horovod ÷ horovodrun")):
-            section = overhead.get(backend, {})
+        for arm in OWN_LAUNCHER_ARMS:
+            section = overhead.get(arm, {})
+            backend, vanilla = arm.split("/")
+            name = f"Ray {'Horovod' if backend == 'horovod' else backend} ÷ {vanilla}"
             steady, end_to_end = section.get("steady"), section.get("end_to_end")
             lines.append(
                 f"{name:<26} {ratio_text(steady):<26} {ratio_text(end_to_end):<26} "

@@ -1,7 +1,7 @@
 """Native DDP or Horovod? Run both, repeated and interleaved, beside single-process references, and report.
 
     python -m ray_jobs.compare --workers 2 --repeats 4
-    python -m ray_jobs.compare --launchers ray,torchrun,horovodrun    # Ray beside each backend's own launcher
+    python -m ray_jobs.compare --launchers ray,torchrun,mp.spawn,horovodrun    # Ray beside each backend's own
     python -m ray_jobs.compare --compression fp16 --grad-accumulation 2   # the same options on both sides
     python -m ray_jobs.compare --bucket-mb 0.01,25 --repeats 4   # a tuning grid: one comparison per setting
     python -m ray_jobs.compare --simulate-nodes 2 --link-rates 20mbit,unshaped --model-width 1,4   # across a link
@@ -47,7 +47,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=orchestrator.DEFAULT_REPEATS,
                         help=f"runs of every arm per worker count, interleaved (default: {orchestrator.DEFAULT_REPEATS})")
     parser.add_argument("--launchers", default="ray",
-                        help=f"comma-separated, from {', '.join(arms.LAUNCHERS)}: torchrun and horovodrun add "
+                        help=f"comma-separated, from {', '.join(arms.LAUNCHERS)}: torchrun, mp.spawn and horovodrun add "
                              "each backend under its own launcher beside Ray (default: ray)")
     parser.add_argument("--output-dir", default="results", help="each comparison goes into <output-dir>/<run-id>/")
     parser.add_argument("--parity-steps", type=int, default=50, help="steps compared for parity (default: 50)")
@@ -148,8 +148,8 @@ def simulate(args: argparse.Namespace, base: TrainConfig, workers: list[int], ba
     """--simulate-nodes: everything checked here, before a namespace or a Ray node exists; then the link sweep."""
     rates = netsim.parse_rates(args.link_rates)
     if launcher_names != ["ray"]:
-        raise ConfigError("--simulate-nodes places workers on Ray nodes; torchrun and horovodrun here start every "
-                          "rank on this host: use --launchers ray")
+        raise ConfigError("--simulate-nodes places workers on Ray nodes; torchrun, mp.spawn and horovodrun here start "
+                          "every rank on this host: use --launchers ray")
     netsim.check_host(args.simulate_nodes)
     netsim.check_workers(workers, args.simulate_nodes)
     lists = [flag for flag, value in (("--compression", args.compression), ("--bucket-mb", args.bucket_mb))

@@ -9,7 +9,9 @@ Every trial runs the command a user would type, with the launcher's way to recov
 - torchrun: torchrun --standalone --max-restarts 1 … --checkpoint-dir …, with
   TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1;
 - horovodrun: horovodrun -np 2 … --checkpoint-dir …, and when it fails, the same command again (horovodrun
-  has no restart of its own; Horovod elastic needs a discovery script and hvd.elastic state, see README).
+  has no restart of its own; Horovod elastic needs a discovery script and hvd.elastic state, see README);
+- mp.spawn: python -m native_ddp.spawn --workers 2 … --checkpoint-dir …, and when it fails, the same command again
+  (mp.spawn ends every rank when one dies, and restarts none).
 
 Rank 1 dies by SIGKILL in epoch 2: --kill fault (default) from inside, after step 10, through the test-only
 WORKLOAD_FAULT variable (workload/faults.py); --kill sigkill from this script, half a second after epoch 1's
@@ -39,7 +41,11 @@ from workload import data, faults
 
 log = logging.getLogger(__name__)
 ARMS = {"ray-native": Arm("native", "ray"), "ray-horovod": Arm("horovod", "ray"),
-        "torchrun": Arm("native", "torchrun"), "horovodrun": Arm("horovod", "horovodrun")}
+        "torchrun": Arm("native", "torchrun"), "mp.spawn": Arm("native", "mp.spawn"),
+        "horovodrun": Arm("horovod", "horovodrun")}
+RERUN = ("horovodrun", "mp.spawn")
+"""Launchers that end the job when a rank dies and have no restart of their own: recovering is the same command
+again."""
 KILLED_RANK, KILLED_EPOCH, KILLED_STEP = 1, 2, 10
 TIMEOUT_S = 600
 
@@ -50,7 +56,8 @@ class Trial:
     index: int
     completed: bool = False
     starts: int = 0
-    """Commands run (horovodrun: 2 when the first failed and the rerun resumed); 1 for the launchers that restart."""
+    """Commands run (horovodrun, mp.spawn: 2 when the first failed and the rerun resumed); 1 for the launchers that
+    restart."""
     restarts: int | None = None
     resumed_from_epoch: int | None = None
     finished_before_kill: int | None = None
@@ -165,8 +172,7 @@ def run_trial(name: str, index: int, base: TrainConfig, folder: Path, reference:
         threading.Thread(target=_kill_later, args=(pids, killed_at), daemon=True).start()
     code = _wait(process)
     trial.starts = 1
-    if code and ARMS[name].launcher == "horovodrun":
-        # horovodrun ends the job when a rank dies; recovering is rerunning the same command.
+    if code and ARMS[name].launcher in RERUN:
         trial.starts = 2
         code = _wait(_launch(name, cfg, folder, fault, 2))
     trial.end_to_end_s = time.time() - start
@@ -232,7 +238,7 @@ def survival_table(trials: list[Trial], names: list[str], kill: str) -> str:
         redone = sum(max(0, (t.finished_before_kill or 0) - (t.resumed_from_epoch or 0)) for t in done)
         recover = [t.recovery_s for t in done if t.recovery_s is not None]
         spread = (f"{statistics.median(recover):.1f} ({min(recover):.1f}–{max(recover):.1f})" if recover else "–")
-        how = "reruns" if ARMS[name].launcher == "horovodrun" else "automatic"
+        how = "reruns" if ARMS[name].launcher in RERUN else "automatic"
         restarts = sorted({t.starts - 1 if how == "reruns" else t.restarts for t in done} - {None})
         lines.append(f"| {name} | {len(rows)} | {len(done)}/{len(rows)} | {', '.join(map(str, resumed)) or '–'} "
                      f"| {redone} | {', '.join(map(str, restarts)) or '–'} ({how}) "

@@ -21,6 +21,7 @@ from torchvision.datasets import MNIST
 
 import horovod_ddp.train
 import native_ddp.train
+import native_ddp.spawn
 import ray_jobs.compare
 import ray_jobs.train
 from cluster import ray_cluster
@@ -37,6 +38,7 @@ ENTRY_POINTS = {
     "ray_jobs.compare": ray_jobs.compare.main,
     "horovod_ddp.train": horovod_ddp.train.main,
     "native_ddp.train": native_ddp.train.main,  # as torchrun starts it (LOCAL_RANK set)
+    "native_ddp.spawn": native_ddp.spawn.main,
 }
 SYNTHETIC = ["--dataset", "synthetic"]
 
@@ -267,6 +269,13 @@ TABLE = [
     case("native_ddp.train", ["--checkpoint-dir", "{ws}/a-file"], "--checkpoint-dir"),
     case("native_ddp.train", [*SYNTHETIC, "--batch-size", "5000", "--synthetic-train-size", "2000"],
          "an epoch is 1 step(s)"),
+
+    case("native_ddp.spawn", ["--workers", "0"], "--workers must be a positive integer"),
+    case("native_ddp.spawn", ["--autotune"], "unrecognized arguments: --autotune"),
+    case("native_ddp.spawn", ["--lr", "inf"], "--lr must be a finite number"),
+    case("native_ddp.spawn", ["--output-dir", "{ws}/a-file"], "is a file, not a folder"),
+    case("native_ddp.spawn", [*SYNTHETIC, "--workers", "2", "--synthetic-train-size", "150"],
+         "leaves no step after --warmup-steps"),
 ]
 
 

@@ -16,17 +16,17 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def comparison_dir(ray_cluster, base_cfg, tmp_path_factory):
-    """One small comparison for the module: 2 workers, both backends under Ray, torchrun and horovodrun, two
-    interleaved rounds, one epoch."""
+    """One small comparison for the module: 2 workers, both backends under Ray, native under torchrun and mp.spawn,
+    Horovod under horovodrun, two interleaved rounds, one epoch."""
     root = tmp_path_factory.mktemp("compare")
     run_dir = orchestrator.compare(base_cfg, [2], ["native", "horovod"], root, parity_steps=30,
                               tolerance=orchestrator.DEFAULT_TOLERANCE, target_accuracy=0.9, repeats=2,
-                              launcher_names=["ray", "torchrun", "horovodrun"])
+                              launcher_names=["ray", "torchrun", "mp.spawn", "horovodrun"])
     report.render(run_dir)
     return run_dir
 
 
-ARMS = ["native", "horovod", "native/torchrun", "horovod/horovodrun"]
+ARMS = ["native", "horovod", "native/torchrun", "native/mp.spawn", "horovod/horovodrun"]
 
 
 def test_a_small_comparison_writes_every_artifact(comparison_dir):
@@ -35,7 +35,7 @@ def test_a_small_comparison_writes_every_artifact(comparison_dir):
     comparison = runs.load(comparison_dir)
     assert all(r["status"] == "ok" for r in comparison["runs"]), comparison["runs"]
     ran = [(r["arm"], r["round"]) for r in comparison["runs"]]
-    # References once, then the arms in a balanced order: A B C D, then D C B A.
+    # References once, then the arms in a balanced order: A B C D E, then E D C B A.
     assert ran == [("reference", 0), ("global-batch", 0), *[(a, 0) for a in ARMS], *[(a, 1) for a in reversed(ARMS)]]
     for run in comparison["runs"]:
         doc = results.read(comparison_dir / run["results"])
@@ -47,10 +47,17 @@ def test_a_small_comparison_writes_every_artifact(comparison_dir):
         assert all(p["cores"] for p in doc["placement"])  # unpinned by default: every core the rank may use
         assert run["placement"] == doc["placement"] and "network" not in doc
         assert all("link" not in e for e in doc["epochs"])  # no interface named: loopback, nothing to count
+    for run in comparison["runs"]:
+        if run["launcher"] in ("torchrun", "mp.spawn", "horovodrun"):  # the whole command's output, kept beside it
+            output = (comparison_dir / run["results"]).with_name(arms.LOG).read_text()
+            assert output.count(f"native via {run['launcher']}: 2 worker(s)" if run["backend"] == "native"
+                                else "horovod via horovodrun: 2 worker(s)") == 1, output[-3000:]
+            assert "Traceback" not in output and "error: " not in output, output[-3000:]
     assert comparison["not_applicable"] == [
         {"backend": "dataparallel", "workers": 2, "reason": "DataParallel needs 2 GPUs; this machine has 0"}]
     markdown = (comparison_dir / "report.md").read_text()
-    for needle in ("## 2 worker(s)", "| native |", "| horovod |", "native/torchrun", "horovod/horovodrun",
+    for needle in ("## 2 worker(s)", "| native |", "| horovod |", "native/torchrun", "native/mp.spawn",
+                   "horovod/horovodrun", "| native | mp.spawn |",
                    "**Speed: ", "median step", "## Where the ranks ran", "AMD" if "AMD" in comparison["environment"]["cpu"] else "CPU"):
         assert needle in markdown, needle
     for png in ("verdicts.png", "loss.png", "throughput.png", "overhead.png"):
@@ -66,9 +73,10 @@ def test_the_speed_verdict_pairs_the_rounds_and_states_its_interval(comparison_d
     expected = stats.paired_ratio(by_arm["native"], by_arm["horovod"])
     assert answer["ratio"] == pytest.approx(expected.ratio) and answer["ci95"] == pytest.approx(list(expected.ci95))
     assert answer["verdict"] == stats.speed_verdict(expected)
-    for backend, vanilla in (("native", "torchrun"), ("horovod", "horovodrun")):
-        section = comparison["launcher_overhead"]["2"][backend]
-        assert section["vanilla"] == vanilla
+    overhead = comparison["launcher_overhead"]["2"]
+    assert list(overhead) == ["native/torchrun", "native/mp.spawn", "horovod/horovodrun"]
+    for arm, section in overhead.items():
+        assert (section["backend"], section["vanilla"]) == tuple(arm.split("/"))
         assert section["steady"]["repeats"] == section["end_to_end"]["repeats"] == 2
 
 
@@ -79,7 +87,7 @@ def test_phases_increase_and_end_at_the_wall_time(comparison_dir):
         assert values == sorted(values) and values[0] >= 0, run["phases"]
         assert values[-1] == run["end_to_end_s"]
         assert run["eval_time_s"] > 0 and run["checkpoint_time_s"] >= 0
-        if run["launcher"] in ("torchrun", "horovodrun"):
+        if run["launcher"] in ("torchrun", "mp.spawn", "horovodrun"):
             # The whole command: processes start after the launch, the group after them, training after that.
             assert 0 < values[0] < values[1] < values[2] < values[3] <= values[4]
 
@@ -89,7 +97,7 @@ def test_parity_holds_within_the_stated_tolerance(comparison_dir):
     verdict = comparison["parity"]["2"]
     assert verdict["verdict"] == "PASS", verdict
     assert verdict["steps"] == 30
-    assert len(verdict["max_abs_step_loss_difference"]) == 10  # every pair of the four arms and the reference
+    assert len(verdict["max_abs_step_loss_difference"]) == 15  # every pair of the five arms and the reference
     assert max(verdict["max_abs_step_loss_difference"].values()) <= orchestrator.DEFAULT_TOLERANCE
     # One forward over the global batch normalises differently: reported, and measurably apart.
     assert verdict["informational"]["reference vs global-batch"] > orchestrator.DEFAULT_TOLERANCE
@@ -132,7 +140,7 @@ def test_a_failed_run_is_reported_and_sets_the_exit_code(ray_cluster, base_cfg, 
     (["--workers", "one,two"], "comma-separated list of positive integers"),
     (["--backends", "native", "--cycle-time-ms", "5"], "--cycle-time-ms is a Horovod option"),
     (["--repeats", "0"], "--repeats must be a positive integer"),
-    (["--launchers", "ray,mpirun"], "--launchers takes distinct names from ray, torchrun, horovodrun"),
+    (["--launchers", "ray,mpirun"], "--launchers takes distinct names from ray, torchrun, mp.spawn, horovodrun"),
 ])
 def test_bad_input_is_one_line_and_leaves_no_run_folder(base_cfg, tmp_path, flags, needle):
     out = tmp_path / "results"

@@ -54,14 +54,14 @@ def assert_survived(trial: fault_trials.Trial) -> None:
     assert trial.resumed_from_epoch == 1 and trial.epochs == [1, 2, 3], trial
 
 
-@pytest.mark.parametrize("name", ["torchrun", "horovodrun"])
+@pytest.mark.parametrize("name", ["torchrun", "horovodrun", "mp.spawn"])
 def test_a_killed_rank_is_survived_bit_for_bit(name, trial_cfg, reference, tmp_path):
     trial = fault_trials.run_trial(name, 1, trial_cfg, tmp_path, reference, "fault")
     assert_survived(trial)
     if name == "torchrun":
         assert trial.restarts == 1 and trial.starts == 1  # torchrun restarted it, nobody reran it
     else:
-        assert trial.starts == 2  # horovodrun ended the job; the same command again resumed it
+        assert trial.starts == 2  # horovodrun or mp.spawn ended the job; the same command again resumed it
 
 
 # Each Ray backend once, each with one of the two kills `make faults` offers: placed inside the rank, or from outside.
@@ -135,27 +135,33 @@ def test_a_rank_its_launcher_ends_before_it_notices_the_lost_peer_says_so_in_one
     assert "--checkpoint-dir" in ours[0], ours
 
 
-@pytest.mark.parametrize("name", ["torchrun", "horovodrun"])
+def _ended_by_its_signal(name: str, launcher: subprocess.Popen) -> bool:
+    """A launcher SIGTERM ended exits non-zero; horovodrun's own exit code then is its own: 0 at times (1 run in
+    about 20 here, its ranks' 143 notwithstanding), which the test does not hold against the ranks."""
+    return launcher.returncode != 0 or name == "horovodrun"
+
+
+@pytest.mark.parametrize("name", ["torchrun", "horovodrun", "mp.spawn"])
 def test_a_sigterm_to_the_launcher_is_said_once_as_a_signal_not_as_a_lost_peer(name, trial_cfg, tmp_path):
-    """`timeout` or a scheduler ends torchrun or horovodrun with SIGTERM, which they pass on to every rank at once:
-    rank 0 says so in one line; no rank claims a lost peer, and no heartbeat folder stays behind."""
+    """`timeout` or a scheduler ends torchrun, horovodrun or mp.spawn with SIGTERM, which they pass on to every rank
+    at once: rank 0 says so in one line; no rank claims a lost peer, and no heartbeat folder stays behind."""
     proc, ours, output = _with_rank_0_hanging(name, trial_cfg, tmp_path,
                                               lambda proc, pids: proc.send_signal(signal.SIGTERM))
-    assert proc.returncode != 0 and len(ours) == 1, output[-3000:]
+    assert _ended_by_its_signal(name, proc) and len(ours) == 1, output[-3000:]
     assert ours[0].startswith(f"error: ended by SIGTERM, which {name} passed on to every rank, before the run "
-                              "finished; nothing was checkpointed"), ours
+                              "finished; nothing was checkpointed"), output[-3000:]
     assert "lost a peer" not in output, output[-3000:]
     assert not list((tmp_path / "out").rglob(".heartbeats"))
 
 
-@pytest.mark.parametrize("name", ["torchrun", "horovodrun"])
+@pytest.mark.parametrize("name", ["torchrun", "horovodrun", "mp.spawn"])
 def test_a_sigterm_during_the_start_up_claims_no_lost_peer(name, trial_cfg, tmp_path):
     """Before the ranks' first heartbeat (rank 0 held before its group forms; seen with a signal during data
     generation) nothing tells a passed-on signal from a launcher ending the ranks after a death: both ranks claimed a
     lost peer. Now rank 0 alone says what it knows."""
     proc, ours, output = _with_rank_0_hanging(name, trial_cfg, tmp_path,
                                               lambda proc, pids: proc.send_signal(signal.SIGTERM), "epoch=0,at=init")
-    assert proc.returncode != 0 and len(ours) == 1, output[-3000:]
+    assert _ended_by_its_signal(name, proc) and len(ours) == 1, output[-3000:]
     assert ours[0].startswith(f"error: ended by SIGTERM from {name} during the ranks' start-up"), ours
     assert "lost a peer" not in output, output[-3000:]
 

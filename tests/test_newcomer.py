@@ -147,8 +147,8 @@ print("IMPORTED", *sorted(name for name in {heavy} if name in sys.modules))
 """
 
 
-@pytest.mark.parametrize("entry", ["ray_jobs.train", "ray_jobs.compare", "native_ddp.train", "horovod_ddp.train",
-                                   "ray_jobs.bench", "ray_jobs.fault_trials"])
+@pytest.mark.parametrize("entry", ["ray_jobs.train", "ray_jobs.compare", "native_ddp.train", "native_ddp.spawn",
+                                   "horovod_ddp.train", "ray_jobs.bench", "ray_jobs.fault_trials"])
 def test_help_imports_no_framework(entry):
     # What makes --help slow is importing torch, Ray, Horovod or matplotlib (2-4 s here); asserted on the imports,
     # not on a time, which on a loaded machine would measure the machine.

@@ -118,10 +118,12 @@ def table_after(text: str, header_start: str) -> list[list[str]]:
 def test_a_comparison_with_repeats_renders_medians_verdicts_and_plots(tmp_path):
     doc = comparison()
     doc["launcher_overhead"]["2"] = {  # hand-written figures, as in the schema, so the rendering is checked exactly
-        "native": {"vanilla": "torchrun", "steady": {"ratio": 0.98, "ci95": [0.9, 1.05], "repeats": 3},
-                   "end_to_end": {"ratio": 1.9, "ci95": [1.7, 2.1], "repeats": 3}},
-        "horovod": {"vanilla": "horovodrun", "steady": {"ratio": 1.01, "ci95": None, "repeats": 1},
-                    "end_to_end": {"ratio": 1.4, "ci95": [1.2, 1.6], "repeats": 2}}}
+        "native/torchrun": {"backend": "native", "vanilla": "torchrun",
+                            "steady": {"ratio": 0.98, "ci95": [0.9, 1.05], "repeats": 3},
+                            "end_to_end": {"ratio": 1.9, "ci95": [1.7, 2.1], "repeats": 3}},
+        "horovod/horovodrun": {"backend": "horovod", "vanilla": "horovodrun",
+                               "steady": {"ratio": 1.01, "ci95": None, "repeats": 1},
+                               "end_to_end": {"ratio": 1.4, "ci95": [1.2, 1.6], "repeats": 2}}}
     markdown = report.render(write(tmp_path, doc))
     assert (tmp_path / "report.md").read_text() == markdown
     two = section(markdown, 2)
@@ -300,3 +302,9 @@ def test_the_verdict_plot_draws_every_row_and_says_when_there_is_none(tmp_path):
     plots.plot_intervals([], tmp_path / "empty.png", "title")
     for name in ("verdicts.png", "empty.png"):
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_without_ray_native_is_compared_under_the_first_of_its_own_launchers_that_ran():
+    assert speed.compared_arms(["ray", "mp.spawn", "horovodrun"]) == ("native", "horovod")
+    assert speed.compared_arms(["mp.spawn", "torchrun", "horovodrun"]) == ("native/mp.spawn", "horovod/horovodrun")
+    assert speed.compared_arms(["torchrun", "mp.spawn"]) == ("native/torchrun", "horovod/horovodrun")

@@ -57,6 +57,7 @@ def leave(error: PeerLost) -> NoReturn:
 
 RESUME_HINTS = {
     "torchrun": "rerun with the same --checkpoint-dir to resume after the last finished epoch",
+    "mp.spawn": "rerun with the same --checkpoint-dir to resume after the last finished epoch",
     "horovodrun": "rerun with the same --checkpoint-dir to resume after the last finished epoch",
     "ray": "ending this worker; the driver says how to resume",
 }
