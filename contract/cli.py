@@ -200,15 +200,21 @@ def ending_on(signums: tuple[int, ...], end: Callable[[int], NoReturn]) -> Itera
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    # Re-entrant: a second signal (timeout's own, then the launcher's copy) ran its handler inside the first's ending
-    # in the same thread, and waited the whole ENDING_WAIT_S on it (10 s late, 1 in 3 runs of SIGTERM to mp.spawn).
+    # Re-entrant, and entered once: a second signal (timeout's to the process group, then the launcher's copy) runs
+    # its handler inside the first's ending in the same thread, and returns at once so that the ending goes on (it
+    # waited the whole ENDING_WAIT_S on a plain lock: 10 s late, 1 in 3 runs of SIGTERM to mp.spawn).
     once = threading.RLock()
+    began: list[int] = []
 
     def at_once(signum: int, wait_s: float) -> None:
         # The main thread waits while the watcher ends the process (going on, it said a lost peer of its own), but
         # not for ever: a handler can run inside a write that holds a lock the watcher's line needs.
         if not once.acquire(timeout=wait_s):
             return
+        if began:
+            once.release()
+            return
+        began.append(signum)
         try:
             end(signum)
         finally:

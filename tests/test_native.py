@@ -22,22 +22,12 @@ def assert_trained(doc: dict, workers: int, launcher: str, backend: str = "nativ
     assert len(doc["peak_rss_mb_per_worker"]) == workers
 
 
-def test_one_worker_on_ray_honours_checkpoint_dir(ray_cluster, cfg, tmp_path):
-    ckpt = str(tmp_path / "ckpt")
-    doc = run("native", replace(cfg, workers=1, checkpoint_dir=ckpt), RayRunOptions(storage_path=str(tmp_path / "ray")))
-    assert_trained(doc, 1, "ray")
-    assert read_results(tmp_path / "out") == doc
-    # --checkpoint-dir works on Ray as under torchrun: a second run with one more epoch carries on from it.
-    again = run("native", replace(cfg, workers=1, epochs=2, checkpoint_dir=ckpt, output_dir=str(tmp_path / "out2")),
-                RayRunOptions(storage_path=str(tmp_path / "ray2")))
-    assert again["resumed_from_epoch"] == 1 and again["epochs"][0] == doc["epochs"][0]
-    assert again["config"]["epochs"] == 2 and len(again["step_losses"]) == 2 * len(doc["step_losses"])
-
-
-def test_two_workers_on_ray_then_resume(ray_cluster, cfg, tmp_path):
+def test_two_workers_on_ray_resume_by_name_then_from_checkpoint_dir(ray_cluster, cfg, tmp_path):
+    # One worker on Ray: tests/test_newcomer.py's default run.
     options = RayRunOptions(name="resume-me", storage_path=str(tmp_path / "ray"))
     first = run("native", replace(cfg, workers=2), options)
     assert_trained(first, 2, "ray")
+    assert read_results(tmp_path / "out") == first
     assert first["epochs"][0]["steps"] == cfg.synthetic_train_size // (2 * cfg.batch_size)
     # The same name and storage path with one more epoch: Ray hands back the epoch-1 checkpoint.
     second = run("native", replace(cfg, workers=2, epochs=2), options)
@@ -46,6 +36,12 @@ def test_two_workers_on_ray_then_resume(ray_cluster, cfg, tmp_path):
     assert second["epochs"][0] == first["epochs"][0]  # carried over, not retrained
     assert second["step_losses"][: len(first["step_losses"])] == first["step_losses"]
     assert second["epochs"][1]["train_loss"] < first["epochs"][0]["train_loss"]
+    # --checkpoint-dir works on Ray as under torchrun: a run of another name (none) carries on from that folder.
+    ckpt = tmp_path / "ray" / "resume-me" / "native-checkpoints"  # where --name put them (see run_checkpoints)
+    third = run("native", replace(cfg, workers=2, epochs=3, checkpoint_dir=str(ckpt),
+                                  output_dir=str(tmp_path / "out3")), RayRunOptions(storage_path=str(tmp_path / "ray3")))
+    assert third["resumed_from_epoch"] == 2 and third["epochs"][:2] == second["epochs"]
+    assert third["config"]["epochs"] == 3 and len(third["step_losses"]) == 3 * len(first["step_losses"])
 
 
 def test_torchrun_two_processes(cfg, tmp_path):
