@@ -126,7 +126,8 @@ def speed_line(comparison: dict[str, Any], workers: int) -> str:
     answer = comparison.get("speed", {}).get(str(workers))
     if answer is None:
         return f"**Speed: no verdict** — {_no_speed_reason(comparison, workers)}."
-    where = "both under Ray" if answer["launcher"] == "ray" else "each under its own launcher"
+    where = ("both under Ray" if answer["launcher"] == "ray"
+             else " and ".join(speed.compared_arms(comparison["settings"]["launchers"])))
     rounds = (f"per round, native {', '.join(f'{v:.0f}' for v in answer['native'])}; Horovod "
               f"{', '.join(f'{v:.0f}' for v in answer['horovod'])} samples/s")
     return (f"**Speed: {answer['sentence']}**\n\nNative ÷ Horovod steady-state samples/s, {where}: "

@@ -131,7 +131,8 @@ def _end_at_once(signum: int) -> NoReturn:
     training on and Ray's log thread blocked. Nothing of the run exists yet, nothing of a Ray of our own is kept."""
     sigterm = signum == signal.SIGTERM
     with contextlib.suppress(OSError):  # not logging: its lock may be held here
-        os.write(2, f"error: {cli.interrupted_line(sigterm)}\n".encode())
+        if cli.claim_the_line():  # once, whichever of the watcher and the main thread's unwinding comes first
+            os.write(2, f"error: {cli.interrupted_line(sigterm)}\n".encode())
     if _private_ray:
         remove_private_ray(_private_ray, at_once=True)
     os._exit(143 if sigterm else 130)

@@ -37,10 +37,10 @@ class Parser(argparse.ArgumentParser):
 _said = False  # whether this process has printed its one line
 
 
-def fail(message: str, code: int, every_rank: bool = False) -> None:
-    """Exit with `code` after one `error:` line; under torchrun or horovodrun only rank 0 prints it, unless
+def fail(message: str, code: int, every_rank: bool = False, unless_said: bool = False) -> None:
+    """Exit with `code` after one `error:` line; under torchrun, mp.spawn or horovodrun only rank 0 prints it, unless
     `every_rank` (a lost peer: the rank that would have printed may be the one that died)."""
-    say(message, every_rank)
+    say(message, every_rank, unless_said)
     sys.exit(code)
 
 
@@ -69,6 +69,14 @@ def _leave_the_line_to_rank_0(code: int) -> None:
     deadline = time.monotonic() + RANK_0_LINE_WAIT_S
     while time.monotonic() < deadline:
         time.sleep(0.1)  # short: a signal taken by another thread runs the handler only when this sleep returns
+
+
+def claim_the_line() -> bool:
+    """Whether the caller is the first in this process to say its one line (it now has), for a line written without
+    `say` (os.write, where a lock of print's or logging's may be held)."""
+    global _said
+    first, _said = not _said, True
+    return first
 
 
 def say(message: str, every_rank: bool = False, unless_said: bool = False) -> None:
@@ -205,8 +213,11 @@ def ending_on(signums: tuple[int, ...], end: Callable[[int], NoReturn]) -> Itera
     # waited the whole ENDING_WAIT_S on a plain lock: 10 s late, 1 in 3 runs of SIGTERM to mp.spawn).
     once = threading.RLock()
     began: list[int] = []
+    ours = os.getpid()
 
     def at_once(signum: int, wait_s: float) -> None:
+        if os.getpid() != ours:  # a child forked while its exec is pending (Ray's preexec_fn runs Python): not ours
+            return
         # The main thread waits while the watcher ends the process (going on, it said a lost peer of its own), but
         # not for ever: a handler can run inside a write that holds a lock the watcher's line needs.
         if not once.acquire(timeout=wait_s):
@@ -295,10 +306,10 @@ def run(main: Callable[[], int | None]) -> None:
         code = main()
     except KeyboardInterrupt as error:
         # A comparison says which of its runs had finished (ray_jobs/orchestrator.py).
-        fail(interrupted_line(_signal == signal.SIGTERM, str(error)), interrupted_exit_code())
+        fail(interrupted_line(_signal == signal.SIGTERM, str(error)), interrupted_exit_code(), unless_said=True)
     except Exception as error:
         if _signal is not None:  # what the unwinding raised (seen: a half-imported numpy's AttributeError)
-            fail(interrupted_line(_signal == signal.SIGTERM), interrupted_exit_code())
+            fail(interrupted_line(_signal == signal.SIGTERM), interrupted_exit_code(), unless_said=True)
         if isinstance(error, PeerLost):  # each attempt's own news, with the restarts left
             fail(str(error), EXIT_CODES[PeerLost], every_rank=True)
         if isinstance(error, tuple(EXIT_CODES)):

@@ -76,11 +76,21 @@ def test_each_option_trains_both_backends_as_their_reference_does(base_cfg, tmp_
 
 
 def test_the_options_run_under_every_launcher_and_parity_names_the_rounding_order(ray_cluster, base_cfg, tmp_path):
-    """fp16 compression and accumulation under Ray, torchrun and horovodrun in one comparison, beside one set of
-    references: each arm as its reference, and native ÷ Horovod differing by what the two references do."""
+    """fp16 compression and accumulation under Ray, torchrun, mp.spawn and horovodrun in one comparison, beside one
+    set of references: each arm as its reference, and native ÷ Horovod differing by what the two references do."""
     name = "fp16-compression-and-accumulation"
-    comparison, run_dir = run_compare(small(base_cfg, **OPTION_SETS[name]), tmp_path, ["ray", *VANILLA], repeats=1)
-    _assert_like_their_references(comparison, run_dir, name, {"native": "native", "horovod": "horovod", **VANILLA_ARMS})
+    comparison, run_dir = run_compare(small(base_cfg, **OPTION_SETS[name]), tmp_path,
+                                      ["ray", "torchrun", "mp.spawn", "horovodrun"], repeats=1)
+    _assert_like_their_references(comparison, run_dir, name, {"native": "native", "horovod": "horovod",
+                                                               "native/mp.spawn": "native", **VANILLA_ARMS})
+    # Ray beside each vanilla launcher, mp.spawn's row among them; its summary once, in the command's own output.
+    overhead = comparison["launcher_overhead"]["2"]
+    assert list(overhead) == ["native/torchrun", "native/mp.spawn", "horovod/horovodrun"]
+    assert all((s["backend"], s["vanilla"]) == tuple(arm.split("/")) for arm, s in overhead.items())
+    assert "| native | mp.spawn |" in (run_dir / "report.md").read_text()
+    spawned = next(r for r in comparison["runs"] if r["arm"] == "native/mp.spawn")
+    output = (run_dir / spawned["results"]).with_name("launcher.log").read_text()
+    assert output.count("native via mp.spawn: 2 worker(s)") == 1 and "Traceback" not in output, output[-3000:]
     verdict = comparison["parity"]["2"]
     # The rounding orders differ, so the backends differ by exactly what the two references do.
     assert verdict["informational"]["reference vs reference-horovod"] > 0

@@ -304,7 +304,11 @@ def test_the_verdict_plot_draws_every_row_and_says_when_there_is_none(tmp_path):
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
 
 
-def test_without_ray_native_is_compared_under_the_first_of_its_own_launchers_that_ran():
+def test_without_ray_native_is_compared_under_the_first_of_its_own_launchers_that_ran(tmp_path):
     assert speed.compared_arms(["ray", "mp.spawn", "horovodrun"]) == ("native", "horovod")
     assert speed.compared_arms(["mp.spawn", "torchrun", "horovodrun"]) == ("native/mp.spawn", "horovod/horovodrun")
     assert speed.compared_arms(["torchrun", "mp.spawn"]) == ("native/torchrun", "horovod/horovodrun")
+    doc = comparison()
+    doc["settings"]["launchers"] = ["mp.spawn", "horovodrun"]
+    doc["speed"]["2"]["launcher"] = "own launchers"
+    assert "steady-state samples/s, native/mp.spawn and horovod/horovodrun: " in report.speed_line(doc, 2)

@@ -1,5 +1,6 @@
-"""The life of one rank, written once for every worker entry point (Ray Train, RayExecutor, torchrun, horovodrun):
-a watchdog from before the process group exists, the group, logging, training, a lost peer as one line, shutdown.
+"""The life of one rank, written once for every worker entry point (Ray Train, RayExecutor, torchrun, mp.spawn,
+horovodrun): a watchdog from before the process group exists, the group, logging, training, a lost peer as one line,
+shutdown.
 
 Each backend supplies a `Framework`: only what its framework forces (how the group forms and ends, and what a
 collective raises when a peer has gone).
@@ -35,11 +36,10 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
              train: Callable[[DistContext, Watchdog], dict[str, Any] | None]) -> dict[str, Any] | None:
     """Run `train(ctx, watchdog)` on this rank, inside the rank's whole life; rank 0's result, None elsewhere.
 
-    Under torchrun and horovodrun rank 0 prints the summary, and a lost peer ends the rank with its one line and exit
-    code 1 (printed before the group shuts down, which may take a while); in a Ray worker the lost peer ends the
-    process with that line (the driver says how to resume), and the output router is told that this worker has
-    nothing more to print.
-    """
+    Under torchrun, mp.spawn and horovodrun rank 0 prints the summary, and a lost peer ends the rank with its one line
+    and exit code 1 (printed before the group shuts down, which may take a while); in a Ray worker the lost peer ends
+    the process with that line (the driver says how to resume), and the output router is told that this worker has
+    nothing more to print."""
     on_ray = launcher == "ray"
     # From before the group exists: a peer that dies while it forms must not leave this rank waiting for gloo's
     # 30-minute default.
@@ -74,9 +74,9 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
 
 
 def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> contextlib.AbstractContextManager:
-    """torchrun and horovodrun end the other ranks with SIGTERM once one has exited, sometimes before they notice the
-    lost peer themselves (seen once under horovodrun): such a rank says so in the lost-peer line and leaves at once,
-    without a shutdown that would wait on the dead peer. They also pass on a SIGTERM sent to them (`timeout`, a
+    """torchrun, mp.spawn and horovodrun end the other ranks with SIGTERM once one has exited, sometimes before they
+    notice the lost peer themselves (seen once under horovodrun): such a rank says so in the lost-peer line and leaves
+    at once, without a shutdown that would wait on the dead peer. They also pass on a SIGTERM sent to them (`timeout`, a
     scheduler): every rank gets it at once, none has died, and rank 0 says so, once. Off the main thread too: a rank
     waiting in C++ for its group to form ran the handler only when torchrun killed it, 30 s later."""
     def ended(signum: int) -> NoReturn:
@@ -100,7 +100,8 @@ def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> conte
 
 
 def leave_without_teardown() -> NoReturn:
-    """A finished torchrun or horovodrun rank, its results written and its group left, ends without the interpreter's
-    teardown: C++ threads still joinable then abort a rank that had finished ("terminate called without an active
-    exception", exit -6): seen once in 32 traced ranks, and once untraced, with bf16 autocast, in a full test run."""
+    """A finished torchrun, mp.spawn or horovodrun rank, its results written and its group left, ends without the
+    interpreter's teardown: C++ threads still joinable then abort a rank that had finished ("terminate called without an
+    active exception", exit -6): seen once in 32 traced ranks, and once untraced, with bf16 autocast, in a full test
+    run."""
     cli.exit_now(0)

@@ -41,7 +41,8 @@ def on_main(ctx: DistContext, work: Callable[[], T]) -> T | None:
 def resolve_dataset(ctx: DistContext, cfg: TrainConfig) -> TrainConfig:
     """Rank 0 picks the dataset (downloading or generating files) first; the others then take its choice.
 
-    For launchers whose ranks start on their own (torchrun, horovodrun); Ray launchers resolve in the driver.
+    For launchers whose ranks start on their own (torchrun, horovodrun); Ray's driver and native_ddp.spawn resolve
+    it before the ranks start.
     """
     resolved = on_main(ctx, lambda: data.resolve(cfg))
     choice = torch.tensor([float(DATASETS.index(resolved.dataset)) if resolved else 0.0])  # one dtype on every rank
