@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -64,15 +65,18 @@ def test_a_killed_rank_is_survived_bit_for_bit(name, trial_cfg, reference, tmp_p
         assert trial.starts == 2  # horovodrun or mp.spawn ended the job; the same command again resumed it
 
 
-# Each Ray backend once, each with one of the two kills `make faults` offers: placed inside the rank, or from outside.
-@pytest.mark.parametrize("name, kill", [("ray-native", "sigkill"), ("ray-horovod", "fault")])
-def test_ray_retries_a_killed_worker_bit_for_bit(name, kill, trial_cfg, reference, tmp_path, on_test_cluster):
-    trial = fault_trials.run_trial(name, 1, trial_cfg, tmp_path, reference, kill)
+def _no_raylet_lines(output: str) -> None:
+    """The raylet's "A worker died or was killed …" went to ray.log with Ray's other lines, not to the output."""
+    assert "(raylet)" not in output and "worker died" not in output, output[-3000:]
+
+
+# Each Ray backend once, each with one of the two kills `make faults` offers: from outside here (native, under --name
+# as `make faults` runs it), placed inside the rank below (Horovod, without a name).
+def test_ray_retries_a_killed_worker_bit_for_bit(trial_cfg, reference, tmp_path, on_test_cluster):
+    trial = fault_trials.run_trial("ray-native", 1, trial_cfg, tmp_path, reference, "sigkill")
     assert_survived(trial)
     assert trial.restarts == 1 and trial.starts == 1
-    # The raylet's "A worker died or was killed …" went to ray.log with Ray's other lines, not to the output.
-    output = (tmp_path / "launcher-1.log").read_text()
-    assert "(raylet)" not in output and "worker died" not in output, output[-3000:]
+    _no_raylet_lines((tmp_path / "launcher-1.log").read_text())
 
 
 @pytest.mark.parametrize("rank", [0, 1], ids=["the-writer", "its-peer"])
@@ -209,54 +213,101 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.parametrize("where, phase", [
-    ("epoch=0,at=init", "while joining the process group"),  # gloo alone would wait 30 minutes
-    ("epoch=1,at=eval", "while evaluating"),
-    ("epoch=1,at=checkpoint", "no progress for"),
-], ids=["joining", "evaluating", "checkpointing"])
-def test_a_stuck_peer_ends_the_run_within_the_bound(where, phase, trial_cfg, tmp_path):
+STUCK = {"joining": ("epoch=0,at=init", "while joining the process group"),  # gloo alone would wait 30 minutes
+         "evaluating": ("epoch=1,at=eval", "while evaluating"),
+         "checkpointing": ("epoch=1,at=checkpoint", "no progress for")}
+
+
+@pytest.fixture(scope="module")
+def stuck_runs(trial_cfg, tmp_path_factory) -> dict[str, tuple[int, str, Path]]:
+    """Rank 1 hangs (alive, silent) in each place of STUCK, the three runs at once: each spends its stall bound (10 s)
+    waiting with the cores idle, so together they take little longer than one. {place: (exit code, stderr, folder)}"""
+    started = {}
+    for place, (where, _) in STUCK.items():
+        folder = tmp_path_factory.mktemp(place)
+        cfg = replace(trial_cfg, stall_timeout_s=10, checkpoint_dir=str(folder / "checkpoints"),
+                      output_dir=str(folder / "out"))
+        arm = ARMS["torchrun"]
+        stderr = (folder / "stderr.log").open("w")  # a file, not a pipe: nobody reads a pipe while the others run
+        started[place] = folder, stderr, subprocess.Popen(
+            arms.command(arm, cfg), env={**arms.environment(arm), faults.ENV: f"rank=1,{where},how=hang"},
+            stdout=subprocess.DEVNULL, stderr=stderr, cwd=Path(__file__).resolve().parents[1])
+    ended = {}
+    try:
+        for place, (folder, stderr, proc) in started.items():
+            code = proc.wait(timeout=150)  # bounded generously: without the watchdog gloo would wait 30 minutes
+            stderr.close()
+            ended[place] = code, (folder / "stderr.log").read_text(), folder
+    finally:
+        for _, _, proc in started.values():
+            proc.kill()
+    return ended
+
+
+@pytest.mark.parametrize("place", list(STUCK))
+def test_a_stuck_peer_ends_the_run_within_the_bound(place, stuck_runs):
     # Rank 1 hangs (alive, silent): rank 0 waits in a collective until the watchdog ends it at its bound.
-    # Bounded generously (the stall bound is 10 s): without the watchdog gloo would wait 30 minutes.
-    cfg = replace(trial_cfg, stall_timeout_s=10, checkpoint_dir=str(tmp_path / "checkpoints"))
-    result = _plain_run("torchrun", cfg, tmp_path, f"rank=1,{where},how=hang", timeout=150)
-    assert result.returncode != 0
-    assert "no progress for" in result.stderr and phase in result.stderr, result.stderr[-3000:]
-    assert not (tmp_path / "out" / results.FILENAME).exists()
+    code, stderr, folder = stuck_runs[place]
+    assert code != 0
+    assert "no progress for" in stderr and STUCK[place][1] in stderr, stderr[-3000:]
+    assert not (folder / "out" / results.FILENAME).exists()
 
 
-@pytest.mark.parametrize("name", ["torchrun", "ray-native"])
-def test_a_stopped_rank_is_the_one_named(name, trial_cfg, tmp_path, request):
-    """Rank 1 is stopped (SIGSTOP: alive, frozen whole); rank 0 waits in a collective until its bound. The line names
-    rank 1, not rank 0 that ended itself (Ray named rank 0), and what rank 0 was doing."""
-    if name.startswith("ray"):
-        request.getfixturevalue("on_test_cluster")
-    pids = tmp_path / "pids"
+def _stop_rank_1_after_epoch_1(name: str, cfg: TrainConfig, folder: Path, env: dict[str, str]) -> tuple[int, str]:
+    """`name` training until epoch 1 is done, then rank 1 stopped (SIGSTOP) until rank 0 is gone: exit code, output."""
+    pids = folder / "pids"
     pids.mkdir()
     arm = ARMS[name]
-    cfg = replace(trial_cfg, stall_timeout_s=10, output_dir=str(tmp_path / "out"))
-    proc = subprocess.Popen(arms.command(arm, cfg), env={**arms.environment(arm), faults.ENV: f"pids={pids}"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=Path(__file__).resolve().parents[1])
+    cfg = replace(cfg, output_dir=str(folder / "out"))
+    log = folder / "output.log"
+    with log.open("w") as out:  # a file, not a pipe: nobody reads it while the run goes on
+        proc = subprocess.Popen(arms.command(arm, cfg), env={**arms.environment(arm), faults.ENV: f"pids={pids}",
+                                                             **env},
+                                stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1])
     stopped = 0
     try:
         deadline = time.monotonic() + 240
         while not (pids / "epoch1.done").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "epoch 1 never finished"
+            assert proc.poll() is None and time.monotonic() < deadline, f"{name}: epoch 1 never finished"
             time.sleep(0.1)
         stopped = int((pids / "rank1.pid").read_text())
         os.kill(stopped, signal.SIGSTOP)
         _assert_gone(pids, bound_s=cfg.stall_timeout_s + 60, ranks=("rank0",))  # its watchdog ended it
         os.kill(stopped, signal.SIGKILL)  # a stopped process keeps a launcher's SIGTERM pending: not the test's wait
-        output, _ = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         proc.kill()
         with contextlib.suppress(ProcessLookupError):
             if stopped:
                 os.kill(stopped, signal.SIGKILL)
+    return proc.returncode, log.read_text()
+
+
+STOPPED = ["torchrun", "ray-native"]
+
+
+@pytest.fixture(scope="module")
+def stopped_runs(trial_cfg, tmp_path_factory, ray_cluster) -> dict[str, tuple[int, str, Path]]:
+    """Each launcher of STOPPED with its rank 1 stopped, both at once: each spends its stall bound (10 s) with the
+    cores idle. {launcher: (exit code, output, folder)}"""
+    cfg = replace(trial_cfg, stall_timeout_s=10)
+    folders = {name: tmp_path_factory.mktemp(name) for name in STOPPED}
+    with ThreadPoolExecutor(len(STOPPED)) as pool:
+        ended = {name: pool.submit(_stop_rank_1_after_epoch_1, name, cfg, folders[name],
+                                   {"RAY_ADDRESS": ray_cluster.address} if name.startswith("ray") else {})
+                 for name in STOPPED}
+        return {name: (*future.result(), folders[name]) for name, future in ended.items()}
+
+
+@pytest.mark.parametrize("name", STOPPED)
+def test_a_stopped_rank_is_the_one_named(name, stopped_runs):
+    """Rank 1 is stopped (SIGSTOP: alive, frozen whole); rank 0 waits in a collective until its bound. The line names
+    rank 1, not rank 0 that ended itself (Ray named rank 0), and what rank 0 was doing."""
+    code, output, folder = stopped_runs[name]
     ours = [line for line in output.splitlines() if line.startswith("error: ")]
-    assert proc.returncode != 0 and len(ours) == 1, output[-3000:]
+    assert code != 0 and len(ours) == 1, output[-3000:]
     assert ours[0].startswith("error: rank 0 made no progress for ") and "no sign of life from rank 1 (" in ours[0], ours
-    assert not (tmp_path / "out" / ".heartbeats").exists()
+    assert not (folder / "out" / ".heartbeats").exists()
 
 
 def test_a_killed_torchrun_agent_leaves_no_rank_behind(trial_cfg, tmp_path):
@@ -286,8 +337,8 @@ def test_torchrun_restarts_without_a_store_per_attempt_are_refused(trial_cfg, tm
     assert not (tmp_path / "out").exists()
 
 
-def test_horovod_on_ray_max_failures_without_a_name_checkpoints_in_the_output_folder(trial_cfg, reference, tmp_path,
-                                                                                      on_test_cluster):
+def test_horovod_on_ray_retries_a_killed_worker_bit_for_bit_checkpointing_in_the_output_folder_without_a_name(
+        trial_cfg, reference, tmp_path, on_test_cluster):
     cfg = replace(trial_cfg, output_dir=str(tmp_path / "out"))
     command = [*arms.command(ARMS["ray-horovod"], cfg), "--max-failures", "1"]
     env = {**arms.environment(ARMS["ray-horovod"]),
@@ -296,9 +347,10 @@ def test_horovod_on_ray_max_failures_without_a_name_checkpoints_in_the_output_fo
                             cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     doc = results.read(tmp_path / "out" / results.FILENAME)
-    assert doc["restarts"] == 1 and doc["resumed_from_epoch"] == 1
-    assert doc["step_losses"] == reference["step_losses"]
+    assert (doc["restarts"], doc["resumed_from_epoch"], [e["epoch"] for e in doc["epochs"]]) == (1, 1, [1, 2, 3])
+    assert (doc["step_losses"], doc["parameters_sha256"]) == (reference["step_losses"], reference["parameters_sha256"])
     assert not (tmp_path / "out" / "retry-checkpoints").exists()  # removed once the run succeeded
+    _no_raylet_lines(result.stdout + result.stderr)
 
 
 def test_the_trial_script_refuses_bad_flags_in_one_line(tmp_path):
