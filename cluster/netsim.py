@@ -144,8 +144,9 @@ def in_node(cluster: Cluster, node: int, command: list[str]) -> list[str]:
 
 
 @contextmanager
-def cluster(nodes: int, cpus_per_node: int) -> Iterator[Cluster]:
-    """Build the namespaces and links, start Ray on every node; tear it all down when the block ends, however."""
+def cluster(nodes: int, cpus_per_node: int, start_ray: bool = True) -> Iterator[Cluster]:
+    """Build the namespaces and links, start Ray on every node (unless `start_ray` is false: torchrun brings its own
+    rendezvous); tear it all down when the block ends, however."""
     check_host(nodes)
     reap_stale()
     prefix = f"dvh{os.getpid()}"
@@ -153,7 +154,8 @@ def cluster(nodes: int, cpus_per_node: int) -> Iterator[Cluster]:
     cli.end_on_sigterm()  # a SIGTERM tears down as Ctrl-C does
     try:
         _build_links(sim)
-        _start_ray(sim, cpus_per_node)
+        if start_ray:
+            _start_ray(sim, cpus_per_node)
         yield sim
     finally:
         teardown(sim)
@@ -193,25 +195,41 @@ def _build_links(sim: Cluster) -> None:
 
 
 def _start_ray(sim: Cluster, cpus_per_node: int) -> None:
-    ray = ray_executable()
-    common = ["--num-cpus", str(cpus_per_node), "--disable-usage-stats", "--temp-dir", str(sim.temp_dir)]
     for node in range(sim.nodes):
-        role = (["--head", "--port", str(GCS_PORT), "--include-dashboard=false"] if node == 0
-                else ["--address", sim.address])
-        command = in_node(sim, node, [ray, "start", *role, "--node-ip-address", sim.ip(node), *common])
-        log_path = sim.temp_dir / f"ray-start-node{node}.log"
-        try:
-            with log_path.open("w") as out:
-                done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=node_environment(sim),
-                                      timeout=RAY_START_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise ClusterError(f"`ray start` on simulated node {node} did not finish in {RAY_START_TIMEOUT_S} s") \
-                from None
-        if done.returncode:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            raise ClusterError(f"`ray start` on simulated node {node} failed: {tail[0][:200]}")
+        start_node(sim, node, cpus_per_node)
     log.info("simulated cluster: %d nodes (%s), Ray head at %s", sim.nodes,
              ", ".join(f"{sim.namespace(i)} {sim.ip(i)}" for i in range(sim.nodes)), sim.address)
+
+
+def start_node(sim: Cluster, node: int, cpus_per_node: int) -> None:
+    """Start Ray on node `node`: the head on node 0, else a node that joins it (again, after kill_node)."""
+    role = (["--head", "--port", str(GCS_PORT), "--include-dashboard=false"] if node == 0
+            else ["--address", sim.address])
+    command = in_node(sim, node, [ray_executable(), "start", *role, "--node-ip-address", sim.ip(node),
+                                  "--num-cpus", str(cpus_per_node), "--disable-usage-stats",
+                                  "--temp-dir", str(sim.temp_dir)])
+    log_path = sim.temp_dir / f"ray-start-node{node}.log"
+    try:
+        with log_path.open("w") as out:
+            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=node_environment(sim),
+                                  timeout=RAY_START_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ClusterError(f"`ray start` on simulated node {node} did not finish in {RAY_START_TIMEOUT_S} s") \
+            from None
+    if done.returncode:
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise ClusterError(f"`ray start` on simulated node {node} failed: {tail[0][:200]}")
+
+
+def kill_node(sim: Cluster, node: int) -> int:
+    """SIGKILL every process of node `node` at once, as a lost machine ends them; returns how many there were."""
+    pids = _pids(sim.namespace(node))
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)
 
 
 def burst_bytes(bits: float) -> int:

@@ -150,9 +150,8 @@ def test_two_sweeps_in_one_second_get_two_folders(tmp_path):
 
 
 @pytest.mark.cluster
-def test_a_three_node_cluster_is_bridged_and_every_node_reaches_every_other(monkeypatch):
-    monkeypatch.setattr(netsim, "_start_ray", lambda sim, cpus: None)  # the links alone
-    with netsim.cluster(3, 1) as sim:
+def test_a_three_node_cluster_is_bridged_and_every_node_reaches_every_other_and_a_node_can_be_lost():
+    with netsim.cluster(3, 1, start_ray=False) as sim:  # the links alone
         netsim.shape(sim, "50mbit")
         for a, b in ((0, 1), (1, 2), (2, 0)):
             probe = ("import socket; s = socket.socket(); s.settimeout(3); "
@@ -160,6 +159,11 @@ def test_a_three_node_cluster_is_bridged_and_every_node_reaches_every_other(monk
             done = subprocess.run(netsim.in_node(sim, a, [sys.executable, "-c", probe]), capture_output=True,
                                   text=True, timeout=30)
             assert done.stdout.strip() == "111", (a, b, done.stdout, done.stderr)
+        lost = subprocess.Popen(netsim.in_node(sim, 1, ["sleep", "600"]))  # `ip netns exec` becomes the sleep
+        deadline = time.monotonic() + 10
+        while lost.pid not in netsim._pids(sim.namespace(1)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert netsim.kill_node(sim, 1) == 1 and lost.wait(timeout=10) == -signal.SIGKILL
     assert not _nothing_left()
 
 

@@ -1,0 +1,373 @@
+"""Lose a node and get it back: Ray Train V2 elastic, Horovod elastic on Ray and torchrun --nnodes 1:2, side by side.
+
+    python tools/elastic_probe.py --trials 2 --return-after-s 60      # as root; about 6 min a round
+
+Each framework's own elastic mechanism in plain framework code, none of this project's training code: the
+simulated cluster (cluster/netsim.py) only gives the two nodes, one worker each. After step 10 of epoch 1 at full
+size, every process of node 1 is SIGKILLed (Ray's raylet and worker, or the torchrun agent and its rank); after
+--return-after-s the node comes back (`ray start --address`, or a new agent). Modes are interleaved, trial by trial.
+
+- ray-train: TorchTrainer, ScalingConfig(num_workers=(1, 2), elastic_resize_monitor_interval_s=5),
+  FailureConfig(max_failures=5), a checkpoint through train.report every 10 steps.
+  RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S is 15 (default 60): the controller decides on 2 workers again before the
+  GCS has marked the node dead (~20 s), and with the default it waits a minute for the lost node instead of going
+  on with one.
+- horovod-ray: RayExecutor(min_workers=1, max_workers=2, cooldown_range=[10, 30]), hvd.elastic.run, TorchState
+  committed every 10 steps (in memory). Without cooldown_range a host that failed stays blacklisted for good and the
+  job never grows back.
+- torchrun: one agent per node, --nnodes 1:2, the c10d rendezvous on node 0, --max-restarts 5,
+  TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (pytorch#135712), a file checkpoint every 10 steps; torch's defaults otherwise.
+
+Data: the epoch's shuffled order is cut from the resumed sample offset into global steps of world x 100 samples, so
+a change of world size reshards the rest of the epoch (no sample skipped or seen twice in an epoch, except the steps
+since the last saved state, which are trained again: "samples trained twice"). The learning rate is fixed; the global
+batch follows the world size. The step is a small MLP plus a fixed 50 ms (a stand-in for compute): the times
+measure the frameworks' membership handling, not the model. Rank 0 writes every step to <trial>/timeline.jsonl.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+MODES = ("ray-train", "horovod-ray", "torchrun")
+BATCH, STEP_S, SAVE_EVERY, LR = 100, 0.05, 10, 0.01
+KILL_EPOCH, KILL_STEP = 1, 10
+FULL, TRIAL_TIMEOUT_S = 2, 600
+
+
+# --- inside a rank: the same step, data order and timeline under every framework ---
+
+def _note(ev: str, **fields) -> None:
+    with open(Path(os.environ["EP_DIR"]) / "timeline.jsonl", "a") as out:
+        out.write(json.dumps({"ev": ev, "t": time.time(), **fields}) + "\n")
+
+
+def _setup():
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    samples = int(os.environ["EP_SAMPLES"])
+    generator = torch.Generator().manual_seed(1)
+    data = (torch.randn(samples, 784, generator=generator), torch.randint(0, 10, (samples,), generator=generator))
+    return model, data
+
+
+def _steps(epoch: int, offset: int, world: int, rank: int, samples: int):
+    """The epoch's order from `offset` on, in global steps of world x BATCH: (offset after, step size, my indices)."""
+    import torch
+    order = torch.randperm(samples, generator=torch.Generator().manual_seed(epoch))
+    while offset < samples:
+        take = min(world * BATCH, samples - offset)
+        yield offset + take, take, order[offset + rank:offset + take:world]
+        offset += take
+
+
+def _train_step(model, optimizer, data, mine) -> None:
+    import torch
+    loss = torch.nn.functional.cross_entropy(model(data[0][mine]), data[1][mine])
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    time.sleep(STEP_S)
+
+
+def _next(epoch: int, offset: int, samples: int) -> tuple[int, int]:
+    return (epoch, offset) if offset < samples else (epoch + 1, 0)
+
+
+def _state(model, optimizer, epoch: int, offset: int) -> dict:
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "offset": offset}
+
+
+def _resume(model, optimizer, state: dict) -> tuple[int, int]:
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return state["epoch"], state["offset"]
+
+
+def _train(model, optimizer, data, rank: int, world: int, epoch: int, offset: int, save) -> None:
+    """Every epoch from (epoch, offset) on (Ray Train's and torchrun's loop); `save(epoch, offset)` every SAVE_EVERY
+    steps and at each epoch's end, with the position to resume from."""
+    samples, epochs = int(os.environ["EP_SAMPLES"]), int(os.environ["EP_EPOCHS"])
+    if rank == 0:
+        _note("start", world=world, epoch=epoch, offset=offset)
+    for e in range(epoch, epochs):
+        for i, (done, take, mine) in enumerate(_steps(e, offset if e == epoch else 0, world, rank, samples), 1):
+            _train_step(model, optimizer, data, mine)
+            if rank == 0:
+                _note("step", world=world, epoch=e, offset=done, n=take)
+            if i % SAVE_EVERY == 0 or done == samples:
+                save(*_next(e, done, samples))
+    if rank == 0:
+        _note("done")
+
+
+def ray_train_loop(config: dict) -> None:
+    import torch
+    from ray import train
+    from ray.train import Checkpoint
+    context = train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    model, data = _setup()
+    model = train.torch.prepare_model(model)  # DDP when world > 1
+    plain = getattr(model, "module", model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    epoch = offset = 0
+    if checkpoint := train.get_checkpoint():
+        with checkpoint.as_directory() as folder:
+            epoch, offset = _resume(plain, optimizer, torch.load(Path(folder) / "state.pt"))
+
+    def save(epoch: int, offset: int) -> None:  # every rank reports; rank 0's report carries the checkpoint
+        with tempfile.TemporaryDirectory() as folder:
+            if rank == 0:
+                torch.save(_state(plain, optimizer, epoch, offset), Path(folder) / "state.pt")
+                train.report({"epoch": epoch}, checkpoint=Checkpoint.from_directory(folder))
+            else:
+                train.report({"epoch": epoch})
+
+    _train(model, optimizer, data, rank, world, epoch, offset, save)
+
+
+def horovod_fn() -> int:
+    import torch
+    import horovod.torch as hvd
+    hvd.init()
+    model, data = _setup()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
+                                         named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0, offset=0)
+    samples, epochs = int(os.environ["EP_SAMPLES"]), int(os.environ["EP_EPOCHS"])
+
+    @hvd.elastic.run
+    def train(state) -> None:
+        rank, world = hvd.rank(), hvd.size()
+        if rank == 0:
+            _note("start", world=world, epoch=state.epoch, offset=state.offset)
+        while state.epoch < epochs:
+            for i, (done, take, mine) in enumerate(_steps(state.epoch, state.offset, world, rank, samples), 1):
+                _train_step(model, optimizer, data, mine)
+                state.offset = done
+                if rank == 0:
+                    _note("step", world=world, epoch=state.epoch, offset=done, n=take)
+                if i % SAVE_EVERY == 0 and done < samples:
+                    state.commit()
+            state.epoch, state.offset = state.epoch + 1, 0
+            state.commit()
+        if rank == 0:
+            _note("done")
+
+    train(state)
+    return hvd.rank()
+
+
+def torchrun_main() -> None:
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, data = _setup()
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    path = Path(os.environ["EP_DIR"]) / "checkpoint.pt"
+    epoch, offset = _resume(model.module, optimizer, torch.load(path)) if path.exists() else (0, 0)
+
+    def save(epoch: int, offset: int) -> None:
+        if rank == 0:
+            torch.save(_state(model.module, optimizer, epoch, offset), path.with_suffix(".tmp"))
+            path.with_suffix(".tmp").replace(path)
+
+    _train(model, optimizer, data, rank, world, epoch, offset, save)
+    dist.destroy_process_group()
+
+
+# --- the drivers, inside node 0 ---
+
+def _ray_init() -> None:
+    import ray
+    # Ray's workers start from the raylet's environment, not the driver's: the trial's settings go with the job.
+    ray.init(runtime_env={"env_vars": {k: os.environ[k] for k in ("EP_DIR", "EP_EPOCHS", "EP_SAMPLES",
+                                                                   "OMP_NUM_THREADS")}})
+
+
+def ray_train_driver() -> int:
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+    _ray_init()
+    trainer = TorchTrainer(ray_train_loop,
+                           scaling_config=ScalingConfig(num_workers=(1, FULL), use_gpu=False,
+                                                        elastic_resize_monitor_interval_s=5),
+                           run_config=RunConfig(name="probe", storage_path=str(Path(os.environ["EP_DIR"]) / "ray"),
+                                                failure_config=FailureConfig(max_failures=5)))
+    return 0 if trainer.fit().error is None else 1
+
+
+def horovod_ray_driver() -> int:
+    from horovod.ray import RayExecutor
+    _ray_init()
+    settings = RayExecutor.create_settings(timeout_s=30, nics={"eth0"})
+    executor = RayExecutor(settings, min_workers=1, max_workers=FULL, cpus_per_worker=1, use_gpu=False,
+                           override_discovery=True, cooldown_range=[10, 30])
+    executor.start()
+    try:
+        executor.run(horovod_fn)
+    finally:
+        executor.shutdown()
+    return 0
+
+
+# --- the harness, on the host ---
+
+def figures(events: list[dict], killed: float | None, returned: float | None, epochs: int, samples: int) -> dict:
+    """What one trial's timeline says: seconds without progress after the loss, the world it went on with, seconds
+    from the node's return to a step at full size, samples trained more than once, and whether it finished."""
+    def first_step_after(start: dict | None) -> dict | None:
+        if start is None:
+            return None
+        return next((e for e in events if e["ev"] == "step" and e["t"] >= start["t"]), None)
+
+    steps = [e for e in events if e["ev"] == "step"]
+    out = {"finished": any(e["ev"] == "done" for e in events), "stalled_s": None, "continued_world": None,
+           "regrown_s": None, "samples_twice": sum(e["n"] for e in steps) - epochs * samples,
+           "worlds": sorted({e["world"] for e in steps})}
+    if killed is None:
+        return out
+    resumed = first_step_after(next((e for e in events if e["ev"] == "start" and e["t"] > killed), None))
+    if resumed:
+        out["stalled_s"] = round(resumed["t"] - killed, 1)
+        out["continued_world"] = resumed["world"]
+    if returned is not None and resumed and resumed["world"] < FULL:
+        full = first_step_after(next((e for e in events if e["ev"] == "start" and e["t"] > returned
+                                      and e["world"] == FULL), None))
+        if full:
+            out["regrown_s"] = round(full["t"] - returned, 1)
+    return out
+
+
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _torchrun_agent(sim, node: int, log: Path, env: dict) -> subprocess.Popen:
+    from cluster import netsim
+    command = [str(Path(sys.executable).with_name("torchrun")), "--nnodes", f"1:{FULL}", "--nproc-per-node", "1",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{sim.ip(0)}:29400", "--rdzv-id", "probe",
+               "--max-restarts", "5", "--local-addr", sim.ip(node), __file__, "--role", "torchrun"]
+    return subprocess.Popen(netsim.in_node(sim, node, command), env=env, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT)
+
+
+def trial(mode: str, folder: Path, args: argparse.Namespace) -> dict:
+    from cluster import netsim
+    folder.mkdir(parents=True)
+    timeline = folder / "timeline.jsonl"
+    killed = returned = None
+    with netsim.cluster(2, 1, start_ray=mode != "torchrun") as sim:
+        env = {**netsim.node_environment(sim), "EP_DIR": str(folder), "EP_EPOCHS": str(args.epochs),
+               "EP_SAMPLES": str(args.samples), "OMP_NUM_THREADS": "1"}
+        if mode == "torchrun":
+            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+            main = _torchrun_agent(sim, 0, folder / "agent0.log", env)
+            _torchrun_agent(sim, 1, folder / "agent1.log", env)
+        else:
+            main = subprocess.Popen(netsim.in_node(sim, 0, [sys.executable, __file__, "--role", mode]), env=env,
+                                    stdout=(folder / "driver.log").open("w"), stderr=subprocess.STDOUT)
+        deadline = time.time() + TRIAL_TIMEOUT_S
+        while main.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+            if killed is None and any(e["ev"] == "step" and e["world"] == FULL and e["epoch"] >= KILL_EPOCH
+                                      and e["offset"] >= KILL_STEP * FULL * BATCH for e in _read(timeline)):
+                netsim.kill_node(sim, 1)
+                killed = time.time()
+            if killed is not None and returned is None and time.time() - killed >= args.return_after_s:
+                returned = time.time()
+                if mode == "torchrun":
+                    _torchrun_agent(sim, 1, folder / "agent1-returned.log", env)
+                else:
+                    netsim.start_node(sim, 1, 1)
+        code = main.poll()
+    result = {"mode": mode, "exit": code, "killed": killed, "returned": returned,
+              **figures(_read(timeline), killed, returned, args.epochs, args.samples)}
+    result["finished"] = result["finished"] and code == 0
+    return result
+
+
+def table(results: list[dict], modes: list[str]) -> str:
+    def spread(values: list, form: str = ".1f") -> str:
+        values = sorted(v for v in values if v is not None)
+        if not values:
+            return "–"
+        return f"{statistics.median(values):{form}}" + (
+            f" ({values[0]:{form}}–{values[-1]:{form}})" if len(values) > 1 else "")
+    lines = ["| mode | trials | finished | s without progress after the loss | went on with world "
+             "| s from return to full size | samples trained twice |", "|---|---|---|---|---|---|---|"]
+    for mode in modes:
+        rows = [r for r in results if r["mode"] == mode]
+        worlds = ", ".join(str(r["continued_world"] if r["continued_world"] is not None else "–") for r in rows)
+        lines.append(f"| {mode} | {len(rows)} | {sum(r['finished'] for r in rows)}/{len(rows)} "
+                     f"| {spread([r['stalled_s'] for r in rows])} | {worlds} "
+                     f"| {spread([r['regrown_s'] for r in rows])} "
+                     f"| {spread([r['samples_twice'] for r in rows], '.0f')} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--role", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
+    parser.add_argument("--trials", type=int, default=1, help="trials per mode (default: 1)")
+    parser.add_argument("--return-after-s", type=float, default=60,
+                        help="seconds from the loss to node 1's return (default: 60)")
+    parser.add_argument("--epochs", type=int, default=30, help="epochs per run (default: 30)")
+    parser.add_argument("--samples", type=int, default=6000, help="samples per epoch, a multiple of 200 "
+                                                                  "(default: 6000)")
+    parser.add_argument("--output-dir", default="results/elastic-probe")
+    args = parser.parse_args()
+    if args.role:
+        if args.role == "torchrun":
+            torchrun_main()
+            return 0
+        return ray_train_driver() if args.role == "ray-train" else horovod_ray_driver()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    problem = ("--modes takes distinct names from " + ", ".join(MODES)
+               if not modes or set(modes) - set(MODES) or len(set(modes)) != len(modes) else
+               "--trials must be >= 1" if args.trials < 1 else
+               "--return-after-s must be > 0" if args.return_after_s <= 0 else
+               f"--epochs must be > {KILL_EPOCH + 1}" if args.epochs <= KILL_EPOCH + 1 else
+               f"--samples must be a multiple of {FULL * BATCH}, at least {2 * KILL_STEP * FULL * BATCH}"
+               if args.samples < 2 * KILL_STEP * FULL * BATCH or args.samples % (FULL * BATCH) else "")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from cluster import netsim
+    from contract.config import ConfigError
+    try:
+        netsim.check_host(2)
+    except ConfigError as error:
+        problem = problem or str(error)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    os.environ["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = "15"
+    os.environ["HOROVOD_GLOO_IFACE"] = netsim.INTERFACE
+    root = Path(args.output_dir).resolve() / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    results = []
+    for index in range(1, args.trials + 1):
+        for mode in modes:  # interleaved
+            result = trial(mode, root / f"{mode}-{index}", args)
+            print(f"{mode} trial {index}: {json.dumps({k: v for k, v in result.items() if k != 'mode'})}",
+                  flush=True)
+            results.append(result)
+    (root / "elastic_probe.json").write_text(json.dumps({"return_after_s": args.return_after_s,
+                                                         "trials": results}, indent=1))
+    print(f"\nNode 1 lost after step {KILL_STEP} of epoch {KILL_EPOCH}, back after {args.return_after_s:g} s:\n")
+    print(table(results, modes))
+    return 0 if all(r["finished"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
