@@ -93,14 +93,25 @@ def test_a_kill_during_the_checkpoint_write_resumes_from_the_last_whole_checkpoi
     assert not list((tmp_path / "checkpoints").glob(".checkpoint.pt.*"))  # the cut-short write was cleared
 
 
+def _start(name: str, cfg: TrainConfig, folder: Path, fault: str, env: dict | None = None, restarts: int = 0,
+           **popen) -> subprocess.Popen:
+    """`name`'s command as a user types it, writing to `folder`/out, with WORKLOAD_FAULT `fault` (and `env`)."""
+    arm = ARMS[name]
+    command = arms.command(arm, replace(cfg, output_dir=str(folder / "out")), restarts=restarts)
+    return subprocess.Popen(command, env={**arms.environment(arm), faults.ENV: fault, **(env or {})},
+                            cwd=Path(__file__).resolve().parents[1], **popen)
+
+
 def _plain_run(name: str, cfg: TrainConfig, folder: Path, fault: str, env: dict | None = None,
                restarts: int = 0, timeout: float = 300) -> subprocess.CompletedProcess:
-    arm = ARMS[name]
-    cfg = replace(cfg, output_dir=str(folder / "out"))
-    command = arms.command(arm, cfg, restarts=restarts)
-    full = {**arms.environment(arm), faults.ENV: fault, **(env or {})}
-    return subprocess.run(command, env=full, capture_output=True, text=True, timeout=timeout,
-                          cwd=Path(__file__).resolve().parents[1])
+    with _start(name, cfg, folder, fault, env, restarts, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # as subprocess.run does
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def _with_rank_0_hanging(name: str, cfg: TrainConfig, tmp_path: Path, act: Callable[[subprocess.Popen, Path], None],
@@ -110,11 +121,8 @@ def _with_rank_0_hanging(name: str, cfg: TrainConfig, tmp_path: Path, act: Calla
     off), all its output."""
     pids = tmp_path / "pids"
     pids.mkdir()
-    arm = ARMS[name]
-    fault = f"rank=0,{where},how=hang,pids={pids}"
-    proc = subprocess.Popen(arms.command(arm, replace(cfg, output_dir=str(tmp_path / "out"))),
-                            env={**arms.environment(arm), faults.ENV: fault}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd=Path(__file__).resolve().parents[1])
+    proc = _start(name, cfg, tmp_path, f"rank=0,{where},how=hang,pids={pids}", stdout=subprocess.PIPE,
+                  stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 240
         while not (pids / "rank0.hanging").exists():  # an event, bounded
@@ -225,13 +233,10 @@ def stuck_runs(trial_cfg, tmp_path_factory) -> dict[str, tuple[int, str, Path]]:
     started = {}
     for place, (where, _) in STUCK.items():
         folder = tmp_path_factory.mktemp(place)
-        cfg = replace(trial_cfg, stall_timeout_s=10, checkpoint_dir=str(folder / "checkpoints"),
-                      output_dir=str(folder / "out"))
-        arm = ARMS["torchrun"]
+        cfg = replace(trial_cfg, stall_timeout_s=10, checkpoint_dir=str(folder / "checkpoints"))
         stderr = (folder / "stderr.log").open("w")  # a file, not a pipe: nobody reads a pipe while the others run
-        started[place] = folder, stderr, subprocess.Popen(
-            arms.command(arm, cfg), env={**arms.environment(arm), faults.ENV: f"rank=1,{where},how=hang"},
-            stdout=subprocess.DEVNULL, stderr=stderr, cwd=Path(__file__).resolve().parents[1])
+        started[place] = folder, stderr, _start("torchrun", cfg, folder, f"rank=1,{where},how=hang",
+                                                stdout=subprocess.DEVNULL, stderr=stderr)
     ended = {}
     try:
         for place, (folder, stderr, proc) in started.items():
@@ -257,13 +262,9 @@ def _stop_rank_1_after_epoch_1(name: str, cfg: TrainConfig, folder: Path, env: d
     """`name` training until epoch 1 is done, then rank 1 stopped (SIGSTOP) until rank 0 is gone: exit code, output."""
     pids = folder / "pids"
     pids.mkdir()
-    arm = ARMS[name]
-    cfg = replace(cfg, output_dir=str(folder / "out"))
     log = folder / "output.log"
     with log.open("w") as out:  # a file, not a pipe: nobody reads it while the run goes on
-        proc = subprocess.Popen(arms.command(arm, cfg), env={**arms.environment(arm), faults.ENV: f"pids={pids}",
-                                                             **env},
-                                stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1])
+        proc = _start(name, cfg, folder, f"pids={pids}", env, stdout=out, stderr=subprocess.STDOUT)
     stopped = 0
     try:
         deadline = time.monotonic() + 240
@@ -313,13 +314,10 @@ def test_a_stopped_rank_is_the_one_named(name, stopped_runs):
 def test_a_killed_torchrun_agent_leaves_no_rank_behind(trial_cfg, tmp_path):
     # torch starts each rank in a session of its own, so SIGKILL to the agent kills no rank: they must still end
     # by themselves within the bound (here they finish, as nothing they need lived in the agent).
-    arm = ARMS["torchrun"]
     pids = tmp_path / "pids"
     pids.mkdir()
-    cfg = replace(trial_cfg, stall_timeout_s=10, output_dir=str(tmp_path / "out"))
-    env = {**arms.environment(arm), faults.ENV: f"pids={pids}"}
-    agent = subprocess.Popen(arms.command(arm, cfg), env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[1])
+    cfg = replace(trial_cfg, stall_timeout_s=10)
+    agent = _start("torchrun", cfg, tmp_path, f"pids={pids}", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not (pids / "epoch1.done").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
