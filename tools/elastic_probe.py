@@ -211,7 +211,7 @@ def ray_train_driver() -> int:
 def horovod_ray_driver() -> int:
     from horovod.ray import RayExecutor
     _ray_init()
-    settings = RayExecutor.create_settings(timeout_s=30, nics={"eth0"})
+    settings = RayExecutor.create_settings(timeout_s=30, nics={os.environ["HOROVOD_GLOO_IFACE"]})  # the harness's
     executor = RayExecutor(settings, min_workers=1, max_workers=FULL, cpus_per_worker=1, use_gpu=False,
                            override_discovery=True, cooldown_range=[10, 30])
     executor.start()
