@@ -145,6 +145,33 @@ def plot_overhead(comparison: dict[str, Any], path: Path) -> None:
     save(fig, path)
 
 
+def plot_elastic(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
+    """A panel per elastic mode: samples/s (5 s window) and the world size over time, each trial a line, from its
+    `series` [(s, world, samples/s)]; the loss and the return marked."""
+    plt = pyplot()
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.6 * max(1, len(runs))), squeeze=False)
+    for ax, (mode, trials) in zip(axes[:, 0], runs.items()):
+        world_ax = ax.twinx()
+        for i, trial in enumerate(trials):
+            if not trial["series"]:
+                continue
+            times, worlds, rates = zip(*trial["series"])
+            ax.plot(times, rates, lw=0.8, color=f"C{i}", label=f"trial {trial['index']}")
+            world_ax.step(times, worlds, where="post", lw=1.5, ls="--", color=f"C{i}")
+            for moment, style in (("killed_s", ":"), ("returned_s", "-.")):
+                if trial.get(moment) is not None:
+                    ax.axvline(trial[moment], color=f"C{i}", ls=style, lw=0.8)
+        ax.set(title=f"{mode}: node lost (dotted), back (dash-dot)", ylabel="samples/s")
+        world_ax.set(ylabel="world (dashed)")
+        world_ax.set_ylim(0, 1 + max((w for t in trials for _, w, _ in t["series"]), default=1))
+        if any(t["series"] for t in trials):
+            ax.legend(loc="lower right", fontsize="small")
+        else:
+            nothing(ax, "no step recorded")
+    axes[-1, 0].set_xlabel("seconds from the run's start")
+    save(fig, path)
+
+
 def save(fig: Any, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100, bbox_inches="tight")  # a legend outside the axes stays in the picture

@@ -78,22 +78,23 @@ def bits_per_s(rate: str) -> float | None:
     return value
 
 
-def check_host(nodes: int) -> None:
-    """Refuse, creating nothing, what would fail half-way: too few or too many nodes, no root, no ip or tc."""
+def check_host(nodes: int, who: str = "--simulate-nodes") -> None:
+    """Refuse, creating nothing, what would fail half-way: too few or too many nodes, no root, no ip or tc. `who`
+    names what needs the simulated cluster in the refusal."""
     if not 2 <= nodes <= MAX_NODES:
-        raise ConfigError(f"--simulate-nodes takes 2 to {MAX_NODES} nodes, got {nodes}")
+        raise ConfigError(f"{who} takes 2 to {MAX_NODES} nodes, got {nodes}")
     if os.geteuid() != 0:
-        raise ConfigError("--simulate-nodes needs root (it creates network namespaces and shapes links); "
-                          "rerun as root, or leave --simulate-nodes out")
+        raise ConfigError(f"{who} needs root (it creates network namespaces and shapes links); rerun as root"
+                          + (", or leave --simulate-nodes out" if who == "--simulate-nodes" else ""))
     for tool, package in (("ip", "iproute2"), ("tc", "iproute2")):
         if shutil.which(tool) is None:
-            raise ConfigError(f"--simulate-nodes needs the `{tool}` command, which is not on PATH; install {package}")
+            raise ConfigError(f"{who} needs the `{tool}` command, which is not on PATH; install {package}")
     if not os.access(ray_executable(), os.X_OK):
-        raise ConfigError(f"--simulate-nodes starts Ray nodes with {ray_executable()}, which is missing; install "
+        raise ConfigError(f"{who} starts Ray nodes with {ray_executable()}, which is missing; install "
                           "ray[default] into this environment (make install)")
     done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     if done.returncode:
-        raise ConfigError(f"--simulate-nodes: this kernel or container refuses network namespaces "
+        raise ConfigError(f"{who}: this kernel or container refuses network namespaces "
                           f"(`ip netns list`: {done.stderr.strip()[:120]})")
 
 

@@ -28,8 +28,6 @@ measure the frameworks' membership handling, not the model. Rank 0 writes every 
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -224,97 +222,23 @@ def horovod_ray_driver() -> int:
 
 # --- the harness, on the host ---
 
-def figures(events: list[dict], killed: float | None, returned: float | None, epochs: int, samples: int) -> dict:
-    """What one trial's timeline says: seconds without progress after the loss, the world it went on with, seconds
-    from the node's return to a step at full size, samples trained more than once, and whether it finished."""
-    def first_step_after(start: dict | None) -> dict | None:
-        if start is None:
-            return None
-        return next((e for e in events if e["ev"] == "step" and e["t"] >= start["t"]), None)
-
-    steps = [e for e in events if e["ev"] == "step"]
-    out = {"finished": any(e["ev"] == "done" for e in events), "stalled_s": None, "continued_world": None,
-           "regrown_s": None, "samples_twice": sum(e["n"] for e in steps) - epochs * samples,
-           "worlds": sorted({e["world"] for e in steps})}
-    if killed is None:
-        return out
-    resumed = first_step_after(next((e for e in events if e["ev"] == "start" and e["t"] > killed), None))
-    if resumed:
-        out["stalled_s"] = round(resumed["t"] - killed, 1)
-        out["continued_world"] = resumed["world"]
-    if returned is not None and resumed and resumed["world"] < FULL:
-        full = first_step_after(next((e for e in events if e["ev"] == "start" and e["t"] > returned
-                                      and e["world"] == FULL), None))
-        if full:
-            out["regrown_s"] = round(full["t"] - returned, 1)
-    return out
-
-
-def _read(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _torchrun_agent(sim, node: int, log: Path, env: dict) -> subprocess.Popen:
-    from cluster import netsim
-    command = [str(Path(sys.executable).with_name("torchrun")), "--nnodes", f"1:{FULL}", "--nproc-per-node", "1",
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{sim.ip(0)}:29400", "--rdzv-id", "probe",
-               "--max-restarts", "5", "--local-addr", sim.ip(node), __file__, "--role", "torchrun"]
-    return subprocess.Popen(netsim.in_node(sim, node, command), env=env, stdout=log.open("w"),
-                            stderr=subprocess.STDOUT)
-
-
 def trial(mode: str, folder: Path, args: argparse.Namespace) -> dict:
-    from cluster import netsim
-    folder.mkdir(parents=True)
-    timeline = folder / "timeline.jsonl"
-    killed = returned = None
-    with netsim.cluster(2, 1, start_ray=mode != "torchrun") as sim:
-        env = {**netsim.node_environment(sim), "EP_DIR": str(folder), "EP_EPOCHS": str(args.epochs),
-               "EP_SAMPLES": str(args.samples), "OMP_NUM_THREADS": "1"}
-        if mode == "torchrun":
-            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-            main = _torchrun_agent(sim, 0, folder / "agent0.log", env)
-            _torchrun_agent(sim, 1, folder / "agent1.log", env)
-        else:
-            main = subprocess.Popen(netsim.in_node(sim, 0, [sys.executable, __file__, "--role", mode]), env=env,
-                                    stdout=(folder / "driver.log").open("w"), stderr=subprocess.STDOUT)
-        deadline = time.time() + TRIAL_TIMEOUT_S
-        while main.poll() is None and time.time() < deadline:
-            time.sleep(0.2)
-            if killed is None and any(e["ev"] == "step" and e["world"] == FULL and e["epoch"] >= KILL_EPOCH
-                                      and e["offset"] >= KILL_STEP * FULL * BATCH for e in _read(timeline)):
-                netsim.kill_node(sim, 1)
-                killed = time.time()
-            if killed is not None and returned is None and time.time() - killed >= args.return_after_s:
-                returned = time.time()
-                if mode == "torchrun":
-                    _torchrun_agent(sim, 1, folder / "agent1-returned.log", env)
-                else:
-                    netsim.start_node(sim, 1, 1)
-        code = main.poll()
-    result = {"mode": mode, "exit": code, "killed": killed, "returned": returned,
-              **figures(_read(timeline), killed, returned, args.epochs, args.samples)}
-    result["finished"] = result["finished"] and code == 0
+    from analysis import elastic
+    from cluster import node_loss
+    env = {"EP_DIR": str(folder), "EP_EPOCHS": str(args.epochs), "EP_SAMPLES": str(args.samples),
+           "OMP_NUM_THREADS": "1"}
+    if mode == "torchrun":
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    run = node_loss.run(
+        folder, nodes=FULL, env=env, timeout_s=TRIAL_TIMEOUT_S, return_after_s=args.return_after_s,
+        kill_when=lambda e: e["world"] == FULL and e["epoch"] >= KILL_EPOCH and e["offset"] >= KILL_STEP * FULL * BATCH,
+        driver=None if mode == "torchrun" else [sys.executable, __file__, "--role", mode],
+        agent=lambda sim, node: node_loss.torchrun_agent(sim, node, 1, [__file__, "--role", "torchrun"]))
+    result = {"mode": mode, "exit": run["exit"], "killed": run["killed"], "returned": run["returned"],
+              **elastic.figures(run["events"], run["killed"], run["returned"], args.epochs, args.samples, FULL)}
+    result.pop("accuracy")
+    result["finished"] = result["finished"] and run["exit"] == 0
     return result
-
-
-def table(results: list[dict], modes: list[str]) -> str:
-    def spread(values: list, form: str = ".1f") -> str:
-        values = sorted(v for v in values if v is not None)
-        if not values:
-            return "–"
-        return f"{statistics.median(values):{form}}" + (
-            f" ({values[0]:{form}}–{values[-1]:{form}})" if len(values) > 1 else "")
-    lines = ["| mode | trials | finished | s without progress after the loss | went on with world "
-             "| s from return to full size | samples trained twice |", "|---|---|---|---|---|---|---|"]
-    for mode in modes:
-        rows = [r for r in results if r["mode"] == mode]
-        worlds = ", ".join(str(r["continued_world"] if r["continued_world"] is not None else "–") for r in rows)
-        lines.append(f"| {mode} | {len(rows)} | {sum(r['finished'] for r in rows)}/{len(rows)} "
-                     f"| {spread([r['stalled_s'] for r in rows])} | {worlds} "
-                     f"| {spread([r['regrown_s'] for r in rows])} "
-                     f"| {spread([r['samples_twice'] for r in rows], '.0f')} |")
-    return "\n".join(lines)
 
 
 def main() -> int:
@@ -365,7 +289,8 @@ def main() -> int:
     (root / "elastic_probe.json").write_text(json.dumps({"return_after_s": args.return_after_s,
                                                          "trials": results}, indent=1))
     print(f"\nNode 1 lost after step {KILL_STEP} of epoch {KILL_EPOCH}, back after {args.return_after_s:g} s:\n")
-    print(table(results, modes))
+    from analysis import elastic
+    print(elastic.table(results, modes))
     return 0 if all(r["finished"] for r in results) else 1
 
 

@@ -1,0 +1,177 @@
+"""Lose a node mid-run and get it back, on the project's workload, under each framework's elastic mode (as root).
+
+    python -m ray_jobs.elastic_trials --trials 3 --output-dir results/elastic      # 25 min at the defaults
+
+Each mode trains the ConvNet (workload/elastic.py) on a simulated cluster of --max-workers nodes, one worker each:
+
+- ray-native: Ray Train V2, ScalingConfig(num_workers=(min, max)), FailureConfig, a checkpoint each epoch;
+- ray-horovod: Horovod elastic on Ray, RayExecutor(min_workers, max_workers), hvd.elastic.run, TorchState committed
+  each epoch (in memory), ElasticSampler, and a check for returned hosts every 10 steps;
+- torchrun: torchrun --nnodes MIN:MAX, the c10d rendezvous on node 0, one agent per node, a checkpoint file each
+  epoch.
+
+Per mode one fixed-size run (no loss) first, for the accuracy to compare with; then the trials, modes interleaved:
+after step 10 of epoch 2 at full size every process of the last node dies by SIGKILL, and it comes back after
+--return-after-s. Writes <output-dir>/<id>/elastic.json, results.json (its `elastic` section: the membership
+changes and their times), elastic.png and every run's timeline, and prints the table.
+"""
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import fields, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from analysis import elastic as figures
+from analysis import plots
+from cluster import netsim, node_loss
+from contract import cli, preflight, results
+from contract.config import ConfigError, TrainConfig
+from launchers import elastic as drivers
+from workload import data
+
+log = logging.getLogger(__name__)
+KILL_EPOCH, KILL_STEP = 1, 10
+"""The loss: after step 10 of the second epoch (epoch index 1), at full size."""
+RUN_TIMEOUT_S = 900
+TAKEN = {"epochs", "batch_size", "lr", "momentum", "seed", "dataset", "data_dir", "synthetic_train_size",
+         "synthetic_test_size", "model_width", "threads_per_worker"}
+"""The settings an elastic run honours; the others (compression, amp, …) belong to the fixed-size runs."""
+
+
+def main() -> int:
+    parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.elastic_trials",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=3, help="trials per mode (default: 3)")
+    parser.add_argument("--modes", default=",".join(drivers.MODES),
+                        help=f"comma-separated, from {', '.join(drivers.MODES)}")
+    parser.add_argument("--min-workers", type=int, default=1, help="the fewest workers a run goes on with (default: 1)")
+    parser.add_argument("--max-workers", type=int, default=2,
+                        help="workers at full size, one per simulated node; the last node is lost (default: 2)")
+    parser.add_argument("--return-after-s", type=float, default=60,
+                        help="seconds from the loss to the node's return (default: 60)")
+    parser.add_argument("--output-dir", default="results/elastic", help="runs and the table go into "
+                                                                        "<output-dir>/<run-id>/")
+    cli.add_config_flags(parser, exclude=[f.name for f in fields(TrainConfig) if f.name not in TAKEN],
+                         defaults={"epochs": 30, "dataset": "synthetic"})
+    args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or set(modes) - set(drivers.MODES) or len(set(modes)) != len(modes):
+        raise ConfigError(f"--modes takes distinct names from {', '.join(drivers.MODES)}, got {args.modes!r}")
+    if args.trials < 1:
+        raise ConfigError(f"--trials must be >= 1, got {args.trials}")
+    if args.min_workers < 1:
+        raise ConfigError(f"--min-workers must be >= 1 (a run of no worker trains nothing), got {args.min_workers}")
+    if args.min_workers > args.max_workers:
+        raise ConfigError(f"--min-workers {args.min_workers} is above --max-workers {args.max_workers}; "
+                          "lower it or raise --max-workers")
+    if not 2 <= args.max_workers <= netsim.MAX_NODES:
+        raise ConfigError(f"--max-workers takes 2 to {netsim.MAX_NODES} (one simulated node each; one is lost, the "
+                          f"rest go on), got {args.max_workers}")
+    if not args.return_after_s > 0:
+        raise ConfigError(f"--return-after-s must be > 0, got {args.return_after_s}")
+    if args.epochs <= KILL_EPOCH + 1:
+        raise ConfigError(f"--epochs must be > {KILL_EPOCH + 1}: the node is lost in epoch {KILL_EPOCH + 1} and "
+                          f"must come back before the run ends, got {args.epochs}")
+    cfg = cli.config_from_args(args, workers=args.max_workers)
+    if cfg.synthetic_train_size < (KILL_STEP + 1) * args.max_workers * cfg.batch_size:
+        raise ConfigError(f"--synthetic-train-size must hold more than {KILL_STEP} full steps of "
+                          f"{args.max_workers} x {cfg.batch_size} (the loss comes after step {KILL_STEP})")
+    netsim.check_host(args.max_workers, "python -m ray_jobs.elastic_trials (one simulated node per worker)")
+    if "ray-horovod" in modes:
+        from horovod_ddp.adapter import import_horovod
+        import_horovod()
+    root = Path(args.output_dir).expanduser().resolve()
+    preflight.writable_dir(str(root), "--output-dir")
+    cfg = data.resolve(cfg.with_absolute_paths())
+    root = root / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    root.mkdir(parents=True)
+    samples = len_train(cfg)
+    runs: dict[str, list[dict]] = {}
+    reasons: dict[str, str] = {}
+    for mode in modes:
+        runs[mode] = [run(mode, cfg, root / mode / "fixed-size", args, samples, index=0)]
+        if not runs[mode][0]["finished"]:  # no trial of a mode that cannot even run without a loss
+            reasons[mode] = (f"its fixed-size run did not finish (exit {runs[mode][0]['exit']}); see "
+                             f"{root / mode / 'fixed-size'}")
+    for index in range(1, args.trials + 1):
+        for mode in [m for m in modes if m not in reasons]:  # interleaved: a slow moment falls on every mode alike
+            trial = run(mode, cfg, root / mode / f"trial-{index}", args, samples, index=index)
+            log.info("%s trial %d: %s", mode, index, {k: trial[k] for k in (
+                "finished", "stalled_s", "continued_world", "regrown_s", "samples_twice", "accuracy")})
+            runs[mode].append(trial)
+    settings = {"min_workers": args.min_workers, "max_workers": args.max_workers, "return_after_s":
+                args.return_after_s, "loss": f"after step {KILL_STEP} of epoch {KILL_EPOCH + 1}", "samples": samples,
+                "config": cfg.to_dict()}
+    write(root, settings, runs, reasons)
+    trials = [t for mode in modes for t in runs[mode][1:]]
+    log.info("Node %d of %d lost after step %d of epoch %d, back after %g s; median (range) of %d trial(s):\n\n%s\n\n"
+             "%s", args.max_workers - 1, args.max_workers, KILL_STEP, KILL_EPOCH + 1, args.return_after_s,
+             args.trials, figures.table(trials, modes, {m: runs[m][0]["accuracy"] for m in modes}, reasons),
+             root / "elastic.json")
+    return 0 if not reasons and all(t["finished"] for t in trials) else 1
+
+
+def write(root: Path, settings: dict, runs: dict[str, list[dict]], reasons: dict[str, str]) -> None:
+    """elastic.json (every run's figures), results.json's `elastic` section (the membership events) and elastic.png;
+    each mode's first run is its fixed-size run."""
+    results.write_json(root / "elastic.json", {**settings, "modes": [
+        {"mode": mode, "trials": len(done) - 1, "finished": sum(t["finished"] for t in done[1:]),
+         **({"reason": reasons[mode]} if mode in reasons else {}),
+         "fixed_size": _public(done[0]), "runs": [_public(t) for t in done[1:]]} for mode, done in runs.items()]})
+    results.write_json(root / results.FILENAME, {"elastic": {**settings, "modes": {
+        mode: [{"trial": t["index"], "killed_s": t["killed_s"], "returned_s": t["returned_s"],
+                "membership": t["membership"]} for t in done] for mode, done in runs.items()}}})
+    plots.plot_elastic({mode: done[1:] for mode, done in runs.items()}, root / "elastic.png")
+
+
+def len_train(cfg: TrainConfig) -> int:
+    return cfg.synthetic_train_size if cfg.dataset == "synthetic" else data.train_count(cfg)
+
+
+def _public(run: dict) -> dict:
+    return {k: v for k, v in run.items() if k not in ("series", "mode")}
+
+
+def run(mode: str, cfg: TrainConfig, folder: Path, args: argparse.Namespace, samples: int, index: int) -> dict:
+    """One run of `mode`; `index` 0 is the fixed-size run (no loss), the others are trials."""
+    full = args.max_workers
+    values = json.dumps(replace(cfg, output_dir=str(folder)).to_dict())  # the run's timeline and state go there
+    env = {"OMP_NUM_THREADS": str(cfg.threads_per_worker), "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "HOROVOD_GLOO_IFACE": netsim.INTERFACE, **drivers.RAY_ENVIRONMENT, **drivers.TORCHRUN_ENVIRONMENT}
+
+    def kill_when(event: dict) -> bool:
+        return (event["world"] == full and event["epoch"] >= KILL_EPOCH
+                and event["offset"] >= KILL_STEP * full * cfg.batch_size)
+
+    outcome = node_loss.run(
+        folder, nodes=full, env=env, timeout_s=RUN_TIMEOUT_S, return_after_s=args.return_after_s,
+        kill_when=kill_when if index else None,
+        driver=None if mode == "torchrun" else [sys.executable, "-m", "launchers.elastic", mode,
+                                                str(args.min_workers), str(full), values],
+        agent=lambda sim, node: node_loss.torchrun_agent(sim, node, args.min_workers,
+                                                         ["-m", "workload.elastic", values]))
+    return summary(mode, index, outcome, cfg.epochs, samples, full)
+
+
+def summary(mode: str, index: int, outcome: dict, epochs: int, samples: int, full: int) -> dict:
+    """What node_loss.run's `outcome` says: the figures, the membership events and the plot's series."""
+    events = outcome["events"]
+    origin = events[0]["t"] if events else 0.0
+    found = figures.figures(events, outcome["killed"], outcome["returned"], epochs, samples, full)
+    found["finished"] = found["finished"] and outcome["exit"] == 0
+    return {"mode": mode, "index": index, "exit": outcome["exit"], **found,
+            "killed_s": _since(outcome["killed"], origin), "returned_s": _since(outcome["returned"], origin),
+            "membership": figures.membership(events, origin, outcome["killed"], outcome["returned"]),
+            "series": figures.throughput(events, origin)}
+
+
+def _since(moment: float | None, origin: float) -> float | None:
+    return None if moment is None else round(moment - origin, 2)
+
+
+
+if __name__ == "__main__":
+    cli.run(main)
