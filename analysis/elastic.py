@@ -7,10 +7,16 @@ the epoch's offset after it, n samples) and `done` (optionally with the test acc
 import statistics
 
 
-def _first_step_after(events: list[dict], start: dict | None) -> dict | None:
-    if start is None:
-        return None
-    return next((e for e in events if e["ev"] == "step" and e["t"] >= start["t"]), None)
+def _first_step_of_a_world_formed(events: list[dict], after: float, world: int | None = None) -> dict | None:
+    """The first step of a world formed after `after` (of `world` ranks when given); a world that broke up before
+    its first step counts for nothing."""
+    current = None
+    for event in events:
+        if event["ev"] == "start":
+            current = event if event["t"] > after and world in (None, event["world"]) else None
+        elif event["ev"] == "step" and current is not None and event["world"] == current["world"]:
+            return event
+    return None
 
 
 def figures(events: list[dict], killed: float | None, returned: float | None, epochs: int, samples: int,
@@ -20,17 +26,17 @@ def figures(events: list[dict], killed: float | None, returned: float | None, ep
     steps = [e for e in events if e["ev"] == "step"]
     done = next((e for e in events if e["ev"] == "done"), None)
     out = {"finished": done is not None, "stalled_s": None, "continued_world": None, "regrown_s": None,
-           "samples_twice": sum(e["n"] for e in steps) - epochs * samples,
+           # only a finished run has trained every sample once: the rest is what it trained again
+           "samples_twice": sum(e["n"] for e in steps) - epochs * samples if done else None,
            "worlds": sorted({e["world"] for e in steps}), "accuracy": (done or {}).get("accuracy")}
     if killed is None:
         return out
-    resumed = _first_step_after(events, next((e for e in events if e["ev"] == "start" and e["t"] > killed), None))
+    resumed = _first_step_of_a_world_formed(events, killed)
     if resumed:
         out["stalled_s"] = round(resumed["t"] - killed, 1)
         out["continued_world"] = resumed["world"]
     if returned is not None and resumed and resumed["world"] < full:
-        regrown = _first_step_after(events, next((e for e in events if e["ev"] == "start" and e["t"] > returned
-                                                  and e["world"] == full), None))
+        regrown = _first_step_of_a_world_formed(events, returned, full)
         if regrown:
             out["regrown_s"] = round(regrown["t"] - returned, 1)
     return out
@@ -51,13 +57,17 @@ def throughput(events: list[dict], origin: float, window_s: float = 2.0) -> list
     for longer than the window: the plot's two lines."""
     steps = [e for e in events if e["ev"] == "step"]
     points: list[tuple[float, int, float]] = []
+    first, in_window = 0, 0  # the window's first step, and the samples from it to the current step
     for i, step in enumerate(steps):
         if i and step["t"] - steps[i - 1]["t"] > window_s:
             before = steps[i - 1]
             points += [(round(before["t"] + window_s - origin, 2), before["world"], 0.0),
                        (round(step["t"] - origin, 2), step["world"], 0.0)]
-        recent = [s for s in steps[:i + 1] if s["t"] > step["t"] - window_s]
-        points.append((round(step["t"] - origin, 2), step["world"], round(sum(s["n"] for s in recent) / window_s, 1)))
+        in_window += step["n"]
+        while steps[first]["t"] <= step["t"] - window_s:
+            in_window -= steps[first]["n"]
+            first += 1
+        points.append((round(step["t"] - origin, 2), step["world"], round(in_window / window_s, 1)))
     return points
 
 

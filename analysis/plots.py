@@ -146,7 +146,7 @@ def plot_overhead(comparison: dict[str, Any], path: Path) -> None:
 
 
 def plot_elastic(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
-    """A panel per elastic mode: samples/s (5 s window) and the world size over time, each trial a line, from its
+    """A panel per elastic mode: samples/s (2 s window) and the world size over time, each trial a line, from its
     `series` [(s, world, samples/s)]; the loss and the return marked."""
     plt = pyplot()
     fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.6 * max(1, len(runs))), squeeze=False)

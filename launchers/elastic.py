@@ -24,7 +24,6 @@ RAY_ENVIRONMENT = {
     # default 60 s it waits for that node instead of going on with the rest.
     "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "15",
 }
-TORCHRUN_ENVIRONMENT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # pytorch#135712, as for torchrun's restarts
 
 
 def _ray_init() -> None:

@@ -29,13 +29,16 @@ from analysis import plots
 from cluster import netsim, node_loss
 from contract import cli, preflight, results
 from contract.config import ConfigError, TrainConfig
+from launchers import arms
 from launchers import elastic as drivers
 from workload import data
 
 log = logging.getLogger(__name__)
 KILL_EPOCH, KILL_STEP = 1, 10
 """The loss: after step 10 of the second epoch (epoch index 1), at full size."""
-RUN_TIMEOUT_S = 900
+SLOWEST_SAMPLES_PER_S = 500
+"""A run is given its samples at this rate (a fifth of one worker's here), plus the node's absence, before it is
+ended as stuck."""
 TAKEN = {"epochs", "batch_size", "lr", "momentum", "seed", "dataset", "data_dir", "synthetic_train_size",
          "synthetic_test_size", "model_width", "threads_per_worker"}
 """The settings an elastic run honours; the others (compression, amp, …) belong to the fixed-size runs."""
@@ -73,12 +76,11 @@ def main() -> int:
     if not args.return_after_s > 0:
         raise ConfigError(f"--return-after-s must be > 0, got {args.return_after_s}")
     if args.epochs <= KILL_EPOCH + 1:
-        raise ConfigError(f"--epochs must be > {KILL_EPOCH + 1}: the node is lost in epoch {KILL_EPOCH + 1} and "
-                          f"must come back before the run ends, got {args.epochs}")
+        raise ConfigError(f"--epochs must be > {KILL_EPOCH + 1}: the node is lost in epoch {KILL_EPOCH + 1}, "
+                          f"got {args.epochs}")
     cfg = cli.config_from_args(args, workers=args.max_workers)
-    if cfg.synthetic_train_size < (KILL_STEP + 1) * args.max_workers * cfg.batch_size:
-        raise ConfigError(f"--synthetic-train-size must hold more than {KILL_STEP} full steps of "
-                          f"{args.max_workers} x {cfg.batch_size} (the loss comes after step {KILL_STEP})")
+    if cfg.dataset == "synthetic":
+        check_length(cfg, cfg.synthetic_train_size, "--synthetic-train-size")
     netsim.check_host(args.max_workers, "python -m ray_jobs.elastic_trials (one simulated node per worker)")
     if "ray-horovod" in modes:
         from horovod_ddp.adapter import import_horovod
@@ -86,6 +88,7 @@ def main() -> int:
     root = Path(args.output_dir).expanduser().resolve()
     preflight.writable_dir(str(root), "--output-dir")
     cfg = data.resolve(cfg.with_absolute_paths())
+    check_length(cfg, len_train(cfg), f"MNIST's {len_train(cfg)} training digits")
     root = root / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     root.mkdir(parents=True)
     samples = len_train(cfg)
@@ -104,7 +107,7 @@ def main() -> int:
             runs[mode].append(trial)
     settings = {"min_workers": args.min_workers, "max_workers": args.max_workers, "return_after_s":
                 args.return_after_s, "loss": f"after step {KILL_STEP} of epoch {KILL_EPOCH + 1}", "samples": samples,
-                "config": cfg.to_dict()}
+                "config": cfg.to_dict(), "environment": results.environment()}
     write(root, settings, runs, reasons)
     trials = [t for mode in modes for t in runs[mode][1:]]
     log.info("Node %d of %d lost after step %d of epoch %d, back after %g s; median (range) of %d trial(s):\n\n%s\n\n"
@@ -127,6 +130,12 @@ def write(root: Path, settings: dict, runs: dict[str, list[dict]], reasons: dict
     plots.plot_elastic({mode: done[1:] for mode, done in runs.items()}, root / "elastic.png")
 
 
+def check_length(cfg: TrainConfig, samples: int, what: str) -> None:
+    if samples < (KILL_STEP + 1) * cfg.workers * cfg.batch_size:
+        raise ConfigError(f"{what} must hold more than {KILL_STEP} full steps of {cfg.workers} x {cfg.batch_size} "
+                          f"(the loss comes after step {KILL_STEP}); raise it or lower --batch-size")
+
+
 def len_train(cfg: TrainConfig) -> int:
     return cfg.synthetic_train_size if cfg.dataset == "synthetic" else data.train_count(cfg)
 
@@ -140,14 +149,15 @@ def run(mode: str, cfg: TrainConfig, folder: Path, args: argparse.Namespace, sam
     full = args.max_workers
     values = json.dumps(replace(cfg, output_dir=str(folder)).to_dict())  # the run's timeline and state go there
     env = {"OMP_NUM_THREADS": str(cfg.threads_per_worker), "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
-           "HOROVOD_GLOO_IFACE": netsim.INTERFACE, **drivers.RAY_ENVIRONMENT, **drivers.TORCHRUN_ENVIRONMENT}
+           "HOROVOD_GLOO_IFACE": netsim.INTERFACE, **drivers.RAY_ENVIRONMENT, **arms.TORCHRUN_ENV}
 
     def kill_when(event: dict) -> bool:
         return (event["world"] == full and event["epoch"] >= KILL_EPOCH
                 and event["offset"] >= KILL_STEP * full * cfg.batch_size)
 
+    timeout_s = 300 + 2 * args.return_after_s + cfg.epochs * samples / SLOWEST_SAMPLES_PER_S
     outcome = node_loss.run(
-        folder, nodes=full, env=env, timeout_s=RUN_TIMEOUT_S, return_after_s=args.return_after_s,
+        folder, nodes=full, env=env, timeout_s=timeout_s, return_after_s=args.return_after_s,
         kill_when=kill_when if index else None,
         driver=None if mode == "torchrun" else [sys.executable, "-m", "launchers.elastic", mode,
                                                 str(args.min_workers), str(full), values],
@@ -161,7 +171,9 @@ def summary(mode: str, index: int, outcome: dict, epochs: int, samples: int, ful
     events = outcome["events"]
     origin = events[0]["t"] if events else 0.0
     found = figures.figures(events, outcome["killed"], outcome["returned"], epochs, samples, full)
-    found["finished"] = found["finished"] and outcome["exit"] == 0
+    # A trial whose node was never lost proves nothing; a fixed-size run must have stayed at full size.
+    found["finished"] = found["finished"] and outcome["exit"] == 0 and (
+        outcome["killed"] is not None if index else found["worlds"] == [full])
     return {"mode": mode, "index": index, "exit": outcome["exit"], **found,
             "killed_s": _since(outcome["killed"], origin), "returned_s": _since(outcome["returned"], origin),
             "membership": figures.membership(events, origin, outcome["killed"], outcome["returned"]),

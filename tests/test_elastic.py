@@ -42,12 +42,19 @@ def test_a_run_that_waits_for_the_node_never_shrank_so_it_has_no_regrowth():
     events = [start(0.0, 2, 0, 0), step(1, 2, 0, 200), start(80.0, 2, 0, 0), step(81, 2, 0, 200), step(82, 2, 0, 400)]
     got = elastic.figures(events, killed=5.0, returned=65.0, epochs=1, samples=400, full=2)
     assert (got["finished"], got["stalled_s"], got["continued_world"], got["regrown_s"], got["samples_twice"],
-            got["accuracy"]) == (False, 76.0, 2, None, 200, None)
+            got["accuracy"]) == (False, 76.0, 2, None, None, None)
+
+
+def test_a_full_size_world_that_broke_up_before_its_first_step_is_not_the_regrowth():
+    events = SHRINK_AND_GROW[:7] + [start(71.0, 2, 0, 600), start(72.0, 1, 0, 600), step(73, 1, 0, 700)] \
+        + SHRINK_AND_GROW[7:]
+    got = elastic.figures(events, killed=10.0, returned=70.0, epochs=1, samples=800, full=2)
+    assert (got["stalled_s"], got["regrown_s"]) == (1.5, 6.0)
 
 
 def test_no_loss_no_figures_of_a_loss():
-    got = elastic.figures([start(0.0, 2, 0, 0), step(1, 2, 0, 200)], killed=None, returned=None, epochs=1,
-                          samples=200, full=2)
+    got = elastic.figures([start(0.0, 2, 0, 0), step(1, 2, 0, 200), {"ev": "done", "t": 2.0}], killed=None,
+                          returned=None, epochs=1, samples=200, full=2)
     assert (got["stalled_s"], got["continued_world"], got["regrown_s"], got["samples_twice"]) == (None, None, None, 0)
 
 

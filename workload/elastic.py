@@ -4,8 +4,10 @@ The world size can change at any step. The learning rate stays `cfg.lr` (no resc
 batch of `cfg.batch_size`, so the global batch is batch x world. Ray Train and torchrun restart every rank on a change
 and resume at the start of the epoch after the last saved one; the epoch's order is cut into global steps of batch x
 world, and rank r takes every world-th sample of a step from the r-th: DistributedSampler's shard at that world size
-(the same order, seed + epoch, and the same split). Horovod's ranks live on, and its ElasticSampler reshards the rest
-of the epoch, from where the survivors are, over the new world (Python's shuffle, seed + epoch).
+(the same order, seed + epoch, and the same split). Horovod's ranks live on: on a loss the survivors roll back to the
+last commit (the epoch's start) and its ElasticSampler reshards the epoch from there over the new world (Python's
+shuffle, seed + epoch); a host that comes back joins at the next check, and the rest of the epoch is resharded from
+where the survivors are.
 
 The state is saved at each epoch's end, as the tutorials do, under every framework: a Ray Train checkpoint, a TorchState
 commit (in memory), a torchrun checkpoint file. Ray Train's report blocks until the controller has collected the
@@ -133,11 +135,11 @@ def horovod_fn(values: dict) -> int:
     module, splits = setup(cfg)
     # Horovod: its optimizer averages the gradients; the broadcast of the state is TorchState's on every reset.
     optimizer = hvd.DistributedOptimizer(build_optimizer(module, cfg, 1), named_parameters=module.named_parameters())
-    sampler = ElasticSampler(splits.train, shuffle=True, seed=cfg.seed)
-    state = hvd.elastic.TorchState(model=module, optimizer=optimizer, train_sampler=sampler, epoch=0)
+    sampler = ElasticSampler(splits.train, shuffle=True, seed=cfg.seed)  # Horovod: reshards what is left on a reset
+    state = hvd.elastic.TorchState(model=module, optimizer=optimizer, train_sampler=sampler, epoch=0)  # Horovod
     loader = torch.utils.data.DataLoader(splits.train, batch_size=cfg.batch_size, sampler=sampler)
 
-    @hvd.elastic.run
+    @hvd.elastic.run  # Horovod: a lost peer restores the last commit, a returning host interrupts at a check
     def train(state) -> None:
         rank, world = hvd.rank(), hvd.size()
         if rank == 0:
@@ -153,10 +155,10 @@ def horovod_fn(values: dict) -> int:
                     note(cfg, "step", world=world, epoch=state.epoch, n=len(labels) * world,
                          offset=min(state.train_sampler.processed_num, len(splits.train)))
                 if i % CHECK_EVERY == 0:
-                    state.check_host_updates()
+                    state.check_host_updates()  # Horovod: a host came back: grow now, without a rollback
             state.epoch += 1
             state.train_sampler.set_epoch(state.epoch)
-            state.commit()
+            state.commit()  # Horovod: in memory, on every rank
         if rank == 0:
             note(cfg, "done", accuracy=accuracy(module, splits))
 
@@ -169,7 +171,7 @@ def torchrun_main() -> None:
     on storage every node sees."""
     import torch.distributed as dist
     cfg = TrainConfig.from_dict(json.loads(sys.argv[1]))
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo")  # DDP: torchrun's rendezvous gives the world
     rank, world = dist.get_rank(), dist.get_world_size()
     module, splits = setup(cfg)
     model = nn.parallel.DistributedDataParallel(module)  # DDP
