@@ -32,11 +32,28 @@ def launcher_process() -> psutil.Process:
     me = psutil.Process()
     for parent in me.parents():
         try:
-            if any(name in " ".join(parent.cmdline()) for name in LAUNCHER_NAMES):
+            if program(parent.cmdline()) in LAUNCHER_NAMES:
                 return parent
         except psutil.Error:
             continue
     return me
+
+
+def program(cmdline: list[str]) -> str:
+    """What a process runs: its executable's name, or under Python its script's name or its -m module. A shell or a
+    `python -c` whose text merely mentions a launcher is not one (seen: a wrapper script named the run's folder)."""
+    name = Path(cmdline[0]).name if cmdline else ""
+    if not name.startswith("python"):
+        return name
+    args = iter(cmdline[1:])
+    for arg in args:
+        if arg == "-m":
+            return next(args, "")
+        if arg == "-c":
+            return ""
+        if not arg.startswith("-"):
+            return Path(arg).name
+    return ""
 
 
 def phases(stamps: dict[str, float], start: float, returned: float) -> dict[str, float]:

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from contract import run_folder
+from contract import phases, run_folder
 from tests.conftest import BIN, REPO, data_flags, read_results, run_module
 
 # What a launcher's rank would compute, printed by a child of a process whose command line names the launcher.
@@ -19,18 +19,30 @@ def test_a_named_output_dir_is_kept():
     assert run_folder.resolve("/data/run-7", "native", "torchrun") == "/data/run-7"
 
 
-def test_every_rank_under_one_launcher_names_the_launcher_s_folder():
+def test_every_rank_under_one_launcher_names_the_launcher_s_folder(tmp_path):
     """Two ranks (children) of one launcher agree; another launch of the same command gets another folder."""
+    launcher = tmp_path / "horovodrun"  # run as `python …/horovodrun`, as horovodrun's own process is
+    launcher.write_text(f"{PARENT}; subprocess.run([sys.executable, '-c', {CHILD!r}], check=True)\n")
+
     def launch() -> list[str]:
-        # `horovodrun` on the parent's command line, as horovodrun's own process has it.
-        script = f"{PARENT}; subprocess.run([sys.executable, '-c', {CHILD!r}], check=True)"
-        done = subprocess.run([sys.executable, "-c", script, "horovodrun"], cwd=REPO, capture_output=True,
-                              text=True, check=True, timeout=60)
+        done = subprocess.run([sys.executable, str(launcher), "-np", "2"], cwd=REPO, capture_output=True, text=True,
+                              check=True, timeout=60)
         return done.stdout.split()
 
     first, second = launch(), launch()  # each: folder, launcher pid, own pid, for two ranks
     assert first[0] == first[3] and second[0] == second[3] and first[0] != second[0]
     assert re.fullmatch(rf"results/\d{{8}}-\d{{6}}-horovod-horovodrun-{first[1]}", first[0]), first
+
+
+def test_a_launcher_is_what_a_process_runs_not_what_its_command_text_mentions():
+    assert [phases.program(cmdline) for cmdline in (
+        ["/v/bin/python3", "/v/bin/horovodrun", "-np", "2", "python", "-m", "horovod_ddp.train"],
+        ["/v/bin/python", "-u", "/v/bin/torchrun", "--standalone"],
+        ["python3.11", "-m", "torch.distributed.run", "x.py"],
+        ["/v/bin/python", "-m", "native_ddp.spawn", "--workers", "2"],
+        ["bash", "-c", "make test; python -m ray_jobs.compare --launchers ray,horovodrun"],
+        ["/v/bin/python", "-c", "print(1)", "horovodrun"],
+    )] == ["horovodrun", "torchrun", "torch.distributed.run", "native_ddp.spawn", "bash", ""]
 
 
 def test_without_a_launcher_the_process_names_its_own_folder():
