@@ -88,10 +88,11 @@ def main() -> int:
     root = Path(args.output_dir).expanduser().resolve()
     preflight.writable_dir(str(root), "--output-dir")
     cfg = data.resolve(cfg.with_absolute_paths())
-    check_length(cfg, len_train(cfg), f"MNIST's {len_train(cfg)} training digits")
+    samples = data.train_count(cfg)
+    if cfg.dataset == "mnist":  # synthetic digits were checked above, before any were made
+        check_length(cfg, samples, f"MNIST's {samples} training digits")
     root = root / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     root.mkdir(parents=True)
-    samples = len_train(cfg)
     runs: dict[str, list[dict]] = {}
     reasons: dict[str, str] = {}
     for mode in modes:
@@ -134,10 +135,6 @@ def check_length(cfg: TrainConfig, samples: int, what: str) -> None:
     if samples < (KILL_STEP + 1) * cfg.workers * cfg.batch_size:
         raise ConfigError(f"{what} must hold more than {KILL_STEP} full steps of {cfg.workers} x {cfg.batch_size} "
                           f"(the loss comes after step {KILL_STEP}); raise it or lower --batch-size")
-
-
-def len_train(cfg: TrainConfig) -> int:
-    return cfg.synthetic_train_size if cfg.dataset == "synthetic" else data.train_count(cfg)
 
 
 def _public(run: dict) -> dict:

@@ -10,6 +10,7 @@ from contract import phases, results
 from launchers import arms
 from ray_jobs import compare, orchestrator
 from tests.conftest import assert_one_line_error, data_flags, run_module
+from tests.test_native import assert_trained
 
 pytestmark = pytest.mark.cluster
 
@@ -40,6 +41,8 @@ def test_a_small_comparison_writes_every_artifact(comparison_dir):
     for run in comparison["runs"]:
         doc = results.read(comparison_dir / run["results"])
         assert doc["phases"] == run["phases"] and doc["end_to_end_s"] == run["end_to_end_s"]
+        if run["launcher"] != "local":  # each launcher's run trained, as a run of its own would (no test repeats it)
+            assert_trained(doc, 2, run["launcher"], run["backend"])
         # Where every rank ran, under every launcher: one local Ray node, or this host; local ranks 0 and 1.
         ranks = 1 if run["launcher"] == "local" else 2
         assert [(p["rank"], p["local_rank"]) for p in doc["placement"]] == [(r, r) for r in range(ranks)], run["arm"]
@@ -53,6 +56,7 @@ def test_a_small_comparison_writes_every_artifact(comparison_dir):
             assert output.count(f"native via {run['launcher']}: 2 worker(s)" if run["backend"] == "native"
                                 else "horovod via horovodrun: 2 worker(s)") == 1, output[-3000:]
             assert "Traceback" not in output and "error: " not in output, output[-3000:]
+            assert output.index("final test accuracy") < output.index("results: "), output[-3000:]
     assert comparison["not_applicable"] == [
         {"backend": "dataparallel", "workers": 2, "reason": "DataParallel needs 2 GPUs; this machine has 0"}]
     markdown = (comparison_dir / "report.md").read_text()

@@ -1,11 +1,8 @@
-"""Horovod: real horovodrun (Gloo) subprocesses, and the same worker on a local Ray cluster."""
-
-from dataclasses import replace
+"""Horovod: real horovodrun (Gloo) subprocesses (the same worker on a local Ray cluster: tests/test_compare.py's
+comparison)."""
 
 import pytest
 
-from cluster.ray_cluster import RayRunOptions
-from launchers.on_ray import run
 from tests.conftest import BIN, assert_one_line_error, data_flags, read_results, run_command, run_module
 from tests.test_native import assert_trained
 
@@ -85,11 +82,6 @@ def test_compression_and_local_accumulation_stay_in_the_accuracy_band(two_ranks,
     assert doc["final"]["test_accuracy"] > 0.90
     assert abs(doc["final"]["test_accuracy"] - plain["final"]["test_accuracy"]) < 0.03
     assert doc["epochs"][0]["steps"] == plain["epochs"][0]["steps"]
-
-
-def test_horovod_on_ray(ray_cluster, cfg, tmp_path):
-    doc = run("horovod", replace(cfg, workers=2), RayRunOptions())
-    assert_trained(doc, 2, "ray", backend="horovod")
 
 
 def test_without_horovodrun_runs_as_a_single_worker_and_says_so(base_cfg, tmp_path):

@@ -1,5 +1,5 @@
-"""Native DDP: on a real local Ray cluster (TorchTrainer) and under torchrun (`ray job submit`: the README block, in
-tests/test_newcomer.py)."""
+"""Native DDP on a real local Ray cluster (TorchTrainer): resume, capacity, addresses. A plain run under each launcher
+is tests/test_compare.py's comparison; `ray job submit`, the README block in tests/test_newcomer.py."""
 
 from dataclasses import replace
 
@@ -7,8 +7,7 @@ import pytest
 
 from cluster.ray_cluster import RayRunOptions
 from launchers.on_ray import run
-from tests.conftest import (BIN, assert_one_line_error, data_flags, dump, free_port, read_results, run_command,
-                            run_module)
+from tests.conftest import assert_one_line_error, data_flags, dump, free_port, read_results, run_module
 
 pytestmark = pytest.mark.cluster
 
@@ -42,17 +41,6 @@ def test_two_workers_on_ray_resume_by_name_then_from_checkpoint_dir(ray_cluster,
                                   output_dir=str(tmp_path / "out3")), RayRunOptions(storage_path=str(tmp_path / "ray3")))
     assert third["resumed_from_epoch"] == 2 and third["epochs"][:2] == second["epochs"]
     assert third["config"]["epochs"] == 3 and len(third["step_losses"]) == 3 * len(first["step_losses"])
-
-
-def test_torchrun_two_processes(cfg, tmp_path):
-    out = tmp_path / "torchrun-out"
-    result = run_command([str(BIN / "torchrun"), "--nproc-per-node", "2", "-m", "native_ddp.train",
-                          *data_flags(cfg), "--output-dir", str(out)])
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert_trained(read_results(out), 2, "torchrun")
-    # The summary every launcher prints, once (rank 0), before the results line.
-    assert result.stdout.count("native via torchrun: 2 worker(s)") == 1, result.stdout[-3000:]
-    assert result.stdout.index("final test accuracy") < result.stdout.index("results: ")
 
 
 @pytest.mark.parametrize("flags, needle", [
