@@ -78,14 +78,13 @@ def bits_per_s(rate: str) -> float | None:
     return value
 
 
-def check_host(nodes: int, who: str = "--simulate-nodes") -> None:
+def check_host(nodes: int, who: str = "--simulate-nodes", instead: str = ", or leave --simulate-nodes out") -> None:
     """Refuse, creating nothing, what would fail half-way: too few or too many nodes, no root, no ip or tc. `who`
-    names what needs the simulated cluster in the refusal."""
+    names what needs the simulated cluster in the refusal, `instead` the way round root (if any)."""
     if not 2 <= nodes <= MAX_NODES:
         raise ConfigError(f"{who} takes 2 to {MAX_NODES} nodes, got {nodes}")
     if os.geteuid() != 0:
-        raise ConfigError(f"{who} needs root (it creates network namespaces and shapes links); rerun as root"
-                          + (", or leave --simulate-nodes out" if who == "--simulate-nodes" else ""))
+        raise ConfigError(f"{who} needs root (it creates network namespaces and shapes links); rerun as root{instead}")
     for tool, package in (("ip", "iproute2"), ("tc", "iproute2")):
         if shutil.which(tool) is None:
             raise ConfigError(f"{who} needs the `{tool}` command, which is not on PATH; install {package}")

@@ -20,10 +20,25 @@ POLL_S = 0.2
 
 def read(path: Path) -> list[dict]:
     """The timeline's events; a line cut off by a kill mid-write is left out."""
-    if not path.exists():
-        return []
+    return _events(path.read_bytes()) if path.exists() else []
+
+
+def _read_on(path: Path, start: int) -> tuple[list[dict], int]:
+    """The events of the whole lines the timeline gained after byte `start` (it is only appended to), and the byte
+    where the next read starts."""
+    try:
+        with path.open("rb") as timeline:
+            timeline.seek(start)
+            new = timeline.read()
+    except FileNotFoundError:
+        return [], start
+    whole = new.rfind(b"\n") + 1  # a line still being written waits for the next read
+    return _events(new[:whole]), start + whole
+
+
+def _events(text: bytes) -> list[dict]:
     events = []
-    for line in path.read_text().splitlines():
+    for line in text.decode(errors="replace").splitlines():
         try:
             events.append(json.loads(line))
         except json.JSONDecodeError:
@@ -67,11 +82,14 @@ def run(folder: Path, *, nodes: int, env: dict[str, str], timeout_s: float, retu
             main = subprocess.Popen(netsim.in_node(sim, 0, driver), env=env,
                                     stdout=(folder / "driver.log").open("w"), stderr=subprocess.STDOUT)
         deadline = time.time() + timeout_s
+        read_to = 0  # the timeline's bytes already looked at for the moment of the loss
         while main.poll() is None and time.time() < deadline:
             time.sleep(POLL_S)
-            if kill_when and killed is None and any(e["ev"] == "step" and kill_when(e) for e in read(timeline)):
-                netsim.kill_node(sim, last)
-                killed = time.time()
+            if kill_when and killed is None:
+                new, read_to = _read_on(timeline, read_to)
+                if any(e["ev"] == "step" and kill_when(e) for e in new):
+                    netsim.kill_node(sim, last)
+                    killed = time.time()
             if killed is not None and returned is None and time.time() - killed >= return_after_s:
                 returned = time.time()
                 if driver is None:

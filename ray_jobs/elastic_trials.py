@@ -81,7 +81,7 @@ def main() -> int:
     cfg = cli.config_from_args(args, workers=args.max_workers)
     if cfg.dataset == "synthetic":
         check_length(cfg, cfg.synthetic_train_size, "--synthetic-train-size")
-    netsim.check_host(args.max_workers, "python -m ray_jobs.elastic_trials (one simulated node per worker)")
+    netsim.check_host(args.max_workers, "python -m ray_jobs.elastic_trials (one simulated node per worker)", "")
     if "ray-horovod" in modes:
         from horovod_ddp.adapter import import_horovod
         import_horovod()
@@ -179,7 +179,6 @@ def summary(mode: str, index: int, outcome: dict, epochs: int, samples: int, ful
 
 def _since(moment: float | None, origin: float) -> float | None:
     return None if moment is None else round(moment - origin, 2)
-
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from workload.trainer import build_optimizer
 CHECK_EVERY = 10
 """Steps between Horovod's checks for a host that came back (check_host_updates: it grows without a rollback)."""
 
+
 def note(cfg: TrainConfig, event: str, **fields: object) -> None:
     with open(Path(cfg.output_dir) / "timeline.jsonl", "a") as out:
         out.write(json.dumps({"ev": event, "t": time.time(), **fields}) + "\n")
