@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import parity, plots, runs, speed, stats
+from contract import models
 from contract.config import AA_SUFFIX, BACKENDS, ConfigError
 
 OPTION_NAMES = {"compression": "--compression", "grad_accumulation": "--grad-accumulation", "amp": "--amp",
@@ -94,6 +95,10 @@ def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
             "comm_share": last["comm_share"],
             "time_to_target_s": reached,
             "peak_rss_mb": max(first["peak_rss_mb_per_worker"]),
+            "peak_rss_per_rank": [max(ranks) for ranks in zip(*(r["peak_rss_bytes"] for r in arm_runs
+                                                              if r.get("peak_rss_bytes")))],
+            "overlap": _median([(r.get("overlap") or {}).get("share") for r in arm_runs]),
+            "cpu_per_1k": _median([r.get(speed.CPU_METRIC) for r in arm_runs]),
             "scaling": median / (workers * base) if first["backend"] in BACKENDS and base else None,
             "buffers_identical": first["buffers_identical_across_ranks"],
         })
@@ -104,7 +109,8 @@ def table(comparison: dict[str, Any], workers: int) -> str:
     target = comparison["settings"]["target_accuracy"]
     head = ("| arm | final train loss | test accuracy | samples/s per worker (mean ± 1.96σ) | steady samples/s total "
             "(median, min–max, runs) | end to end (median) | epoch time | step p50 / p95 | comm share "
-            f"| time to {100 * target:g}% | peak RSS per worker | scaling efficiency | buffers identical |")
+            f"| time to {100 * target:g}% | overlap | CPU s per 1k samples | peak RSS per rank | scaling efficiency "
+            "| buffers identical |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows(comparison, workers):
         rate, ci = r["per_worker"]
@@ -116,9 +122,44 @@ def table(comparison: dict[str, Any], workers: int) -> str:
             f"| {r['arm']} | {r['train_loss']:.4f} | {100 * r['test_accuracy']:.2f}% | {rate:.0f} ± {ci:.0f} "
             f"| {steady} | {_seconds(r['end_to_end_s'])} | {_seconds(r['epoch_time_s'])} "
             f"| {r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms | {100 * r['comm_share']:.1f}% | {reached} "
-            f"| {r['peak_rss_mb']:.0f} MB | {scaling} | {'yes' if r['buffers_identical'] else 'no'} |"
+            f"| {_percent(r['overlap'])} | {_number(r['cpu_per_1k'], '.2f')} | {rss(r['peak_rss_per_rank'])} "
+            f"| {scaling} | {'yes' if r['buffers_identical'] else 'no'} |"
         )
     return "\n".join(lines)
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _percent(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.0f}%"
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def rss(per_rank: list[float]) -> str:
+    """Each rank's peak resident memory, the largest over the arm's runs: `1.06 / 1.05 GB`."""
+    return " / ".join(f"{b / 1e9:.2f}" for b in per_rank) + " GB" if per_rank else "—"
+
+
+def cost_line(comparison: dict[str, Any], workers: int) -> str | None:
+    """native ÷ Horovod CPU-seconds per 1,000 samples, paired by round, with its A/A where measured."""
+    cost = comparison.get("cpu_cost", {}).get(str(workers))
+    if not cost:
+        return None
+    floor = comparison.get("noise_floor_cpu", {}).get(str(workers), {})
+    widths = [stats.stored_half_width(e) for e in floor.values() if e["ci95"] is not None]
+    speed_floor = comparison.get("noise_floor", {}).get(str(workers), {})
+    speed_widths = [stats.stored_half_width(e) for e in speed_floor.values() if e["ci95"] is not None]
+    aa = (f" A/A resolution of this figure: ±{100 * max(widths):.1f} % (throughput's: "
+          f"±{100 * max(speed_widths):.1f} %), so CPU cost resolves "
+          f"{'finer' if max(widths) < max(speed_widths) else 'no finer'} than throughput here." if widths and
+          speed_widths else "")
+    return (f"**CPU cost: {cost['sentence']}** — native ÷ Horovod {ratio_text(cost)}; {speed.CPU_TEXT}.{aa}")
 
 
 def speed_line(comparison: dict[str, Any], workers: int) -> str:
@@ -273,6 +314,8 @@ def report_markdown(comparison: dict[str, Any]) -> str:
     out = [
         f"# Native DDP or Horovod? Comparison {comparison['run_id']}",
         "",
+        model_line(comparison),
+        "",
         f"Dataset **{cfg['dataset']}**, {cfg['epochs']} epoch(s), batch {cfg['batch_size']} per worker, SGD lr "
         f"{cfg['lr']} momentum {cfg['momentum']}, seed {cfg['seed']}, {cfg['threads_per_worker']} torch thread(s) "
         f"per worker; the same initial weights and DistributedSampler shards in every run. Launchers: "
@@ -291,7 +334,11 @@ def report_markdown(comparison: dict[str, Any]) -> str:
         "under their own. "
         "Losses, accuracy and the per-step columns are from each arm's first finished run, timing from its last "
         f"epoch with the first {cfg['warmup_steps']} steps of each epoch left out; comm share is the time "
-        "spent waiting for averaged gradients after the local backward pass finished; time to target accuracy "
+        "spent waiting for averaged gradients after the local backward pass finished; overlap is the share of "
+        "the gradient averaging that backward hid: 1 − that wait ÷ the same averaging alone (the backend's own "
+        "messages, measured after training with nothing beside it; below 0 where the wait was longer, the "
+        "averaging sharing the cores with backward); CPU s per 1k samples counts every thread of every rank; "
+        "time to target accuracy "
         "counts training time (no evaluation) up to the end of the first epoch that reached it. Scaling "
         "efficiency is the median steady samples/s over workers × the same arm's 1-worker median.",
         "",
@@ -315,6 +362,8 @@ def report_markdown(comparison: dict[str, Any]) -> str:
     for workers in s["workers"]:
         ran = bool(runs.finished(comparison, workers))
         out += ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), ""]
+        if cost := cost_line(comparison, workers):
+            out += [cost, ""]
         if noise := noise_line(comparison, workers):
             out += [noise, ""]
         out += [table(comparison, workers) if ran else "No run finished at this worker count; see Failed runs."]
@@ -363,6 +412,18 @@ def report_markdown(comparison: dict[str, Any]) -> str:
             "samples/s by arm and worker count, each run a dot), `overhead.png` (where each distributed arm's time "
             "goes, from launch to return).", ""]
     return "\n".join(out)
+
+
+def model_line(comparison: dict[str, Any]) -> str:
+    """What the runs trained: the model, its size and its gradient, and what that means for the backends."""
+    model = comparison.get("model") or {"name": comparison["settings"]["config"].get("model", "convnet")}
+    name = model["name"]
+    spec = models.spec(name)
+    size = (f", {model['parameters'] / 1e6:.2f} M parameters, {model['gradient_bytes'] / 1e6:.1f} MB of float32 "
+            "gradient averaged per step" if model.get("parameters") else "")
+    inputs = ("28x28 digits" if spec.inputs == models.DIGITS else
+              f"synthetic 3x{model.get('image_size', 32)}x{model.get('image_size', 32)} images")
+    return f"Model **{name}** ({spec.what}{size}), on {inputs}."
 
 
 def placement_table(comparison: dict[str, Any]) -> str | None:

@@ -11,6 +11,9 @@ from analysis import stats
 from contract.config import AA_SUFFIX, BACKENDS, OWN_LAUNCHERS
 
 METRIC = "steady_samples_per_s"
+CPU_METRIC = "cpu_s_per_1k_samples"
+CPU_TEXT = ("CPU cost: CPU-seconds per 1,000 samples over every thread of every rank (the frameworks' communication "
+            "threads included), the last epoch's measured steps")
 METRIC_TEXT = ("steady-state throughput: total samples/s from the median step time of the last epoch, warm-up steps "
                "left out")
 OWN_LAUNCHER_ARMS = {f"{backend}/{launcher}": backend for backend, launchers in OWN_LAUNCHERS.items()
@@ -31,7 +34,8 @@ def paired_rounds(runs: list[dict[str, Any]], workers: int, a: str, b: str,
     """As `paired`, with the rounds the pairs came from."""
     by_round: dict[str, dict[int, float]] = {a: {}, b: {}}
     for run in runs:
-        if run["workers"] == workers and run["status"] == "ok" and run["arm"] in by_round:
+        if (run["workers"] == workers and run["status"] == "ok" and run["arm"] in by_round
+                and run.get(key) is not None):
             by_round[run["arm"]][run["round"]] = run[key]
     rounds = sorted(set(by_round[a]) & set(by_round[b]))
     return rounds, [by_round[a][r] for r in rounds], [by_round[b][r] for r in rounds]
@@ -81,13 +85,26 @@ def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str],
     }
 
 
+def cpu_cost(runs: list[dict[str, Any]], workers: int, launchers: list[str],
+             pilot: int | None = None) -> dict[str, Any] | None:
+    """native ÷ Horovod CPU-seconds per 1,000 samples at `workers`, paired by round as the speed is; None when no
+    round has both."""
+    a, b = compared_arms(launchers)
+    found = estimate(runs, workers, a, b, pilot, CPU_METRIC)
+    if found is None:
+        return None
+    native, horovod = paired(runs, workers, a, b, CPU_METRIC)
+    return {"metric": CPU_METRIC, **estimate_dict(found), "sentence": stats.cost_sentence(found),
+            "native": native, "horovod": horovod}
+
+
 def noise_floor(runs: list[dict[str, Any]], workers: int, arms: list[str],
-                pilot: int | None = None) -> dict[str, Any]:
+                pilot: int | None = None, key: str = METRIC) -> dict[str, Any]:
     """Each arm ÷ its A/A twin (the same command, interleaved beside it) at `workers`: a ratio whose interval must
     contain 1, and whose half-width is the smallest difference this machine and design can resolve."""
     out = {}
     for arm in arms:
-        if found := estimate(runs, workers, arm, arm + AA_SUFFIX, pilot):
+        if found := estimate(runs, workers, arm, arm + AA_SUFFIX, pilot, key):
             out[arm] = estimate_dict(found)
     return out
 

@@ -263,6 +263,24 @@ def speed_sentence(
     )
 
 
+def cost_sentence(estimate: RatioEstimate, a_name: str = "native", b_name: str = "horovod") -> str:
+    """A cost ratio (a ÷ b, lower is cheaper) as one sentence: who uses less, by how much, with the interval."""
+    names = DISPLAY_NAMES
+    a_shown, b_shown = names.get(a_name, a_name), names.get(b_name, b_name)
+    r = estimate.ratio
+    if estimate.ci95 is None:
+        return f"one repeat gives no interval (single-run ratio {r:.3f})"
+    lo, hi = estimate.ci95
+    width = f"±{100.0 * half_width(estimate):.1f} %"
+    if hi < 1.0:
+        return (f"{a_shown} uses {100.0 * (1 - r):.1f} % less (95 % CI {100 * (1 - hi):.1f}–{100 * (1 - lo):.1f} %, "
+                f"{width})")
+    if lo > 1.0:
+        return (f"{b_shown} uses {100.0 * (1 - 1 / r):.1f} % less (95 % CI {100 * (1 - 1 / lo):.1f}–"
+                f"{100 * (1 - 1 / hi):.1f} %, {width})")
+    return (f"undecided ({a_shown} ÷ {b_shown} 95 % CI {lo:.3f}–{hi:.3f}, {width})")
+
+
 def balanced_order(arms: Sequence[T], repeats: int) -> list[tuple[int, T]]:
     """(round, arm) in A B B A A B … order, so a slow minute on the machine hits every arm alike."""
     if repeats < 1:

@@ -5,6 +5,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from contract import models
+
 BACKENDS = ("native", "horovod")
 """The two distributed backends this project compares."""
 OWN_LAUNCHERS = {"native": ("torchrun", "mp.spawn"), "horovod": ("horovodrun",)}
@@ -20,6 +22,8 @@ AFFINITIES = ("core", "none")
 FLOAT32_MAX = 3.4028234663852886e38
 MAX_MODEL_WIDTH = 64
 MAX_SEED = 2**32 - 1
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 512
+MAX_CLASSES = 100_000
 
 
 class ConfigError(ValueError):
@@ -31,8 +35,19 @@ class TrainConfig:
     epochs: int = 1
     """Passes over the training set."""
 
-    batch_size: int = 100
-    """Samples per worker per optimizer step (the tutorials' 100); the global batch is this times `workers`."""
+    model: str = "convnet"
+    """The network: convnet (the tutorials') or mlp on digits; resnet18, resnet50 or vit_b_16 (torchvision,
+    weights=None) on synthetic images; or package.module:factory, your own (a callable taking num_classes)."""
+
+    image_size: int = 32
+    """The image models' inputs are 3 x image-size x image-size (vit_b_16: a multiple of 16)."""
+
+    num_classes: int = 10
+    """Classes of the image models' synthetic images."""
+
+    batch_size: int = 0
+    """Samples per worker per optimizer step; 0: the model's default (100 for convnet and mlp, the tutorials'; 32 for
+    the image models, Horovod's synthetic benchmark's). The global batch is this times `workers`."""
 
     lr: float = 0.01
     """SGD learning rate, the same in every backend."""
@@ -52,11 +67,12 @@ class TrainConfig:
     data_dir: str = "./data"
     """Where torchvision looks for (and downloads) MNIST, and where synthetic digits are written."""
 
-    synthetic_train_size: int = 10_000
-    """Training digits generated for `--dataset synthetic`."""
+    synthetic_train_size: int = 0
+    """Training samples generated for synthetic data; 0: the model's default (10000 digits; 2560 images for resnet18,
+    1920 for resnet50, 1024 for vit_b_16)."""
 
-    synthetic_test_size: int = 2_000
-    """Test digits generated for `--dataset synthetic`."""
+    synthetic_test_size: int = 0
+    """Test samples generated for synthetic data; 0: the model's default (2000 digits; a fifth of the images)."""
 
     workers: int = 1
     """Data-parallel workers (ranks)."""
@@ -71,7 +87,7 @@ class TrainConfig:
     """Launchers without their own checkpoint store (horovodrun, torchrun) save and resume here; empty: off."""
 
     model_width: int = 1
-    """Multiplies the ConvNet's channel counts (1: the tutorial network); the gradient grows towards width²."""
+    """Multiplies convnet's channel counts (1: the tutorial network); the gradient grows towards width²."""
 
     compression: str = "none"
     """Gradients on the wire, in both backends: `none`, `fp16` or `bf16` (DDP: its compress hooks; Horovod: its
@@ -125,12 +141,14 @@ class TrainConfig:
     """Stop each epoch after this many steps (0: the whole epoch); for quick checks."""
 
     def __post_init__(self) -> None:
+        self._model_defaults()
         for f in fields(self):
             # NaN passes every comparison below (nan > 0 is False, but so is nan <= 0), and inf trains to NaN.
             if f.type in (float, "float") and not math.isfinite(getattr(self, f.name)):
                 raise ConfigError(f"{_flag(f.name)} must be a finite number, got {getattr(self, f.name)}")
         for name in ("epochs", "batch_size", "workers", "synthetic_train_size", "synthetic_test_size",
-                     "grad_accumulation", "threads_per_worker", "log_every", "model_width"):
+                     "grad_accumulation", "threads_per_worker", "log_every", "model_width", "image_size",
+                     "num_classes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_flag(name)} must be a positive integer, got {getattr(self, name)}")
         for name in ("warmup_steps", "max_steps_per_epoch", "stall_timeout_s", "bucket_mb", "cycle_time_ms"):
@@ -168,6 +186,42 @@ class TrainConfig:
             raise ConfigError(
                 f"--batch-size {self.batch_size} must be divisible by --grad-accumulation {self.grad_accumulation}"
             )
+        self._check_model()
+
+    def _model_defaults(self) -> None:
+        """0 for the batch and the synthetic sizes means the model's own default."""
+        try:
+            spec = models.spec(self.model)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+        for name, default in (("batch_size", spec.batch_size), ("synthetic_train_size", spec.train_size),
+                              ("synthetic_test_size", spec.test_size)):
+            if getattr(self, name) == 0:
+                setattr(self, name, default)
+
+    def _check_model(self) -> None:
+        spec = models.spec(self.model)
+        if self.model != "convnet" and self.model_width != 1:
+            raise ConfigError(f"--model-width scales convnet; {self.model} has its own size (drop --model-width)")
+        if spec.inputs == models.DIGITS:
+            if self.image_size != 32 or self.num_classes != models.DIGIT_CLASSES:
+                raise ConfigError(f"{self.model} trains on 28x28 digits of 10 classes; --image-size and --num-classes "
+                                  "are for the image models (resnet18, resnet50, vit_b_16, module:factory)")
+            return
+        if self.dataset == "mnist":
+            raise ConfigError(f"{self.model} trains on synthetic 3x{self.image_size}x{self.image_size} images; MNIST "
+                              "is for convnet and mlp (use --dataset auto or synthetic)")
+        if not MIN_IMAGE_SIZE <= self.image_size <= MAX_IMAGE_SIZE:
+            raise ConfigError(f"--image-size must be from {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE}, got {self.image_size}")
+        if self.model == "vit_b_16" and self.image_size % models.VIT_PATCH:
+            raise ConfigError(f"vit_b_16 cuts images into {models.VIT_PATCH}x{models.VIT_PATCH} patches: --image-size "
+                              f"must be a multiple of {models.VIT_PATCH}, got {self.image_size}")
+        if not 2 <= self.num_classes <= MAX_CLASSES:
+            raise ConfigError(f"--num-classes must be from 2 to {MAX_CLASSES}, got {self.num_classes}")
+        if self.batch_size // self.grad_accumulation < 2:
+            # BatchNorm's training statistics need two samples: a ResNet's last block sees 1x1 maps here.
+            raise ConfigError(f"{self.model} needs micro-batches of at least 2 (BatchNorm's statistics): raise "
+                              f"--batch-size {self.batch_size} or lower --grad-accumulation {self.grad_accumulation}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -4,7 +4,7 @@ import math
 import os
 from pathlib import Path
 
-from contract import space
+from contract import models, space
 from contract.config import ConfigError, TrainConfig, require_path
 
 # Most filesystems cap one path component at 255 bytes; a longer run name would fail only when first written.
@@ -43,24 +43,27 @@ def free_space(path: str | Path, flag: str, needed: int, what: str) -> None:
                           f"there ({what}); free some space or choose another folder")
 
 
-LOADED_DIGIT_BYTES = 28 * 28 * 4 + 8
-"""One digit as each process holds it once loaded: float32 pixels and an int64 label."""
-FILE_DIGIT_BYTES = 2 * (28 * 28 + 1)
-"""One synthetic digit on disk: its IDX bytes, and at most as much again for the .gz copy torchvision expects."""
+def _pixels(cfg: TrainConfig) -> int:
+    return 28 * 28 if models.spec(cfg.model).inputs == models.DIGITS else 3 * cfg.image_size ** 2
 
 
 def synthetic_file_bytes(cfg: TrainConfig) -> int:
-    return (cfg.synthetic_train_size + cfg.synthetic_test_size) * FILE_DIGIT_BYTES
+    """Synthetic samples on disk: a byte a pixel and the label, and for digits as much again for the .gz copy
+    torchvision expects."""
+    copies = 2 if models.spec(cfg.model).inputs == models.DIGITS else 1
+    return (cfg.synthetic_train_size + cfg.synthetic_test_size) * copies * (_pixels(cfg) + 8)
 
 
 def synthetic_memory(cfg: TrainConfig) -> None:
-    """Synthetic digits too many for this machine's memory (seen: --synthetic-train-size 1e12 ended in numpy's
-    MemoryError traceback, its data folder left behind)."""
-    digits = cfg.synthetic_train_size + cfg.synthetic_test_size
-    if (available := _available_memory()) and digits * LOADED_DIGIT_BYTES > available:
-        raise ConfigError(f"{digits:,} synthetic digits need about {space.size(digits * LOADED_DIGIT_BYTES)} of memory "
-                          f"in each process that loads them, and this machine has {space.size(available)} available; "
-                          "lower --synthetic-train-size or --synthetic-test-size")
+    """Synthetic samples too many for this machine's memory: each process holds them as float32 pixels and an int64
+    label (seen: --synthetic-train-size 1e12 ended in numpy's MemoryError traceback, its data folder left behind)."""
+    samples = cfg.synthetic_train_size + cfg.synthetic_test_size
+    needed = samples * (4 * _pixels(cfg) + 8)
+    if (available := _available_memory()) and needed > available:
+        what = "digits" if models.spec(cfg.model).inputs == models.DIGITS else "images"
+        raise ConfigError(f"{samples:,} synthetic {what} need about {space.size(needed)} of memory in each process "
+                          f"that loads them, and this machine has {space.size(available)} available; lower "
+                          "--synthetic-train-size or --synthetic-test-size")
 
 
 def _available_memory() -> int:
@@ -89,8 +92,11 @@ def check_name(name: str | None, flag: str = "--name") -> None:
 
 
 def steps_per_epoch(cfg: TrainConfig, train_count: int) -> int:
-    """Steps each rank runs per epoch: DistributedSampler pads every shard to ceil(count / workers)."""
-    steps = math.ceil(math.ceil(train_count / cfg.workers) / cfg.batch_size)
+    """Steps each rank runs per epoch: DistributedSampler pads every shard to ceil(count / workers); the image models
+    drop a short last batch (workload/trainer.py)."""
+    shard = math.ceil(train_count / cfg.workers)
+    full = models.spec(cfg.model).inputs == models.IMAGES
+    steps = shard // cfg.batch_size if full else math.ceil(shard / cfg.batch_size)
     return min(steps, cfg.max_steps_per_epoch) if cfg.max_steps_per_epoch else steps
 
 
@@ -108,14 +114,25 @@ def check_epoch_length(cfg: TrainConfig, train_count: int) -> None:
 
 # Room for a run's results.json, TensorBoard scalars and ray.log, with a wide margin (README: Right or refused).
 OUTPUT_BYTES = 2 << 20
-# A checkpoint holds the weights and the momentum, which grow with the width squared, and a new one is written beside
-# the old before it replaces it.
+# A checkpoint holds the weights and the momentum, and a new one is written beside the old before it replaces it; a
+# margin of 1 MB, and 1 MB x width² for the convnet (its counted size is far below).
 CHECKPOINT_BYTES_PER_WIDTH2 = 1 << 20
 
 
+def checkpoint_bytes(cfg: TrainConfig) -> int:
+    weights = models.gradient_bytes(cfg.model, width=cfg.model_width, num_classes=cfg.num_classes,
+                                    image_size=cfg.image_size) or 0
+    return max(CHECKPOINT_BYTES_PER_WIDTH2 * cfg.model_width ** 2, 2 * 2 * weights + (1 << 20))
+
+
 def check_config(cfg: TrainConfig) -> None:
-    """The paths a run will write and the room they have, and, where the data size is already known, the epoch
-    length."""
+    """The model, the paths a run will write and the room they have, and, where the data size is already known, the
+    epoch length."""
+    if models.is_factory(cfg.model):
+        try:
+            models.factory(cfg.model)  # the user's module, imported here so that a typo is refused before anything
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
     writable_dir(cfg.output_dir, "--output-dir")
     free_space(cfg.output_dir, "--output-dir", OUTPUT_BYTES, "results, TensorBoard scalars, logs")
     if cfg.dataset == "mnist" and (Path(cfg.data_dir) / "MNIST" / "raw").is_dir():
@@ -124,8 +141,8 @@ def check_config(cfg: TrainConfig) -> None:
         writable_dir(cfg.data_dir, "--data-dir")
     if cfg.checkpoint_dir:
         writable_dir(cfg.checkpoint_dir, "--checkpoint-dir")
-        free_space(cfg.checkpoint_dir, "--checkpoint-dir", CHECKPOINT_BYTES_PER_WIDTH2 * cfg.model_width ** 2,
+        free_space(cfg.checkpoint_dir, "--checkpoint-dir", checkpoint_bytes(cfg),
                    "two checkpoints while one replaces the other")
-    if cfg.dataset == "synthetic":
+    if cfg.dataset == "synthetic" or models.spec(cfg.model).inputs == models.IMAGES:
         check_epoch_length(cfg, cfg.synthetic_train_size)
         synthetic_memory(cfg)

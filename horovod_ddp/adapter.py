@@ -22,7 +22,7 @@ from contract import options
 from contract.config import ConfigError, TrainConfig
 from contract.results import History
 from workload import checkpoint, compression, data, tools
-from workload.distributed import DistContext
+from workload.distributed import DistContext, timed_alone
 from workload.run import build_model, on_main, resume_state, train_and_report
 from workload.tracing import Tracer
 from workload.trainer import Trainer, amp_scaler, build_optimizer, shard_loader
@@ -45,8 +45,8 @@ def import_horovod():
 class HorovodGradientSync:
     """Horovod starts an allreduce per gradient from backward hooks; synchronize() waits for them all."""
 
-    def __init__(self, optimizer) -> None:
-        self.optimizer = optimizer
+    def __init__(self, optimizer, model: torch.nn.Module, compressor, ctx: DistContext) -> None:
+        self.optimizer, self.model, self.compressor, self.ctx = optimizer, model, compressor, ctx
 
     def no_sync(self) -> contextlib.AbstractContextManager:
         # Horovod: backward_passes_per_step already holds the allreduce back until the last micro-batch.
@@ -63,6 +63,19 @@ class HorovodGradientSync:
     def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
         with self.optimizer.skip_synchronize():  # Horovod: already synchronized in wait()
             apply(self.optimizer)
+
+    def alone(self) -> float:
+        """One allreduce per gradient, as DistributedOptimizer's hooks submit them, fused by Horovod's background
+        thread as in training, then waited for."""
+        hvd = import_horovod()
+        grads = [self.compressor.compress(torch.zeros_like(p))[0] for p in self.model.parameters() if p.requires_grad]
+
+        def average_once() -> None:
+            handles = [hvd.allreduce_async_(g, name=f"comm-alone.{i}", op=hvd.Average) for i, g in enumerate(grads)]
+            for handle in handles:
+                hvd.synchronize(handle)
+
+        return timed_alone(hvd.barrier, average_once, self.ctx.average)
 
 
 def init(cfg: TrainConfig) -> DistContext:
@@ -97,10 +110,11 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
     state = on_main(ctx, lambda: resume_state(cfg, "horovod", launcher))
     splits = data.load(cfg)
     model = build_model(cfg, ctx.device)
+    compressor = compression.horovod_compressor(hvd, cfg.compression)
     optimizer = hvd.DistributedOptimizer(  # Horovod: allreduces each gradient as backward produces it
         build_optimizer(model, cfg, ctx.world_size),
         named_parameters=model.named_parameters(),
-        compression=compression.horovod_compressor(hvd, cfg.compression),
+        compression=compressor,
         backward_passes_per_step=cfg.grad_accumulation,
         op=hvd.Average,  # Horovod: average, as DDP does
     )
@@ -116,7 +130,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
     tracer = Tracer(ctx.rank, cfg.warmup_steps, cfg.output_dir, ctx.device,
                     timeline=(hvd.start_timeline, hvd.stop_timeline)) if cfg.trace else None
     trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer,
-                      sync=HorovodGradientSync(optimizer), splits=splits,
+                      sync=HorovodGradientSync(optimizer, model, compressor, ctx), splits=splits,
                       loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], scaler=amp_scaler(cfg),
                       tools=tools.for_rank(ctx.rank, tracer, watchdog))
     save = checkpoint.directory_saver(ctx.rank, cfg.checkpoint_dir, cfg, "horovod", launcher)

@@ -15,7 +15,7 @@ from contract import options
 from contract.config import TrainConfig
 from contract.results import History
 from workload import checkpoint, compression, data, tools
-from workload.distributed import DistContext
+from workload.distributed import DistContext, timed_alone
 from workload.run import build_model, train_and_report
 from workload.tracing import Tracer
 from workload.trainer import Trainer, amp_scaler, build_optimizer, shard_loader
@@ -33,10 +33,13 @@ class DDPGradientSync:
     On GPU the note is the launch time on the host, so it also counts the tail of backward's kernels.
     """
 
-    def __init__(self, model: DDP, optimizer: torch.optim.Optimizer, compression_name: str = "none") -> None:
-        self.model, self.optimizer = model, optimizer
+    def __init__(self, model: DDP, optimizer: torch.optim.Optimizer, compression_name: str = "none",
+                 ctx: DistContext | None = None) -> None:
+        self.model, self.optimizer, self.ctx = model, optimizer, ctx
         self.hook = compression.ddp_hook(compression_name)
+        self.wire = compression.DTYPES.get(compression_name)
         self.last_bucket_at = 0.0
+        self.buckets: dict[int, int] = {}  # elements per bucket, as DDP cut them (it may re-cut after step 1)
         model.register_comm_hook(self, _timed_hook)  # DDP: the stock hook for the compression, same maths
 
     def no_sync(self) -> contextlib.AbstractContextManager:
@@ -48,12 +51,24 @@ class DDPGradientSync:
     def wait(self, backward_end: float) -> float:
         return max(0.0, backward_end - self.last_bucket_at)
 
+    def alone(self) -> float:
+        """DDP's buckets allreduced as its reducer launches them, all at once, then waited for."""
+        dtype = self.wire or torch.float32
+        tensors = [torch.zeros(n, dtype=dtype, device=self.ctx.device) for _, n in sorted(self.buckets.items())]
+
+        def average_once() -> None:
+            for work in [dist.all_reduce(t, async_op=True) for t in tensors]:
+                work.wait()
+
+        return timed_alone(dist.barrier, average_once, self.ctx.average)
+
     def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
         apply(self.optimizer)
 
 
 def _timed_hook(state: DDPGradientSync, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     state.last_bucket_at = time.perf_counter()
+    state.buckets[bucket.index()] = bucket.buffer().numel()
     return state.hook(None, bucket)
 
 
@@ -98,7 +113,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
               gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph)
     tracer = Tracer(ctx.rank, cfg.warmup_steps, cfg.output_dir, ctx.device) if cfg.trace else None
     trainer = Trainer(ctx=ctx, cfg=cfg, model=ddp, module=model, optimizer=optimizer,
-                      sync=DDPGradientSync(ddp, optimizer, cfg.compression), splits=splits,
+                      sync=DDPGradientSync(ddp, optimizer, cfg.compression, ctx), splits=splits,
                       loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], scaler=amp_scaler(cfg),
                       tools=tools.for_rank(ctx.rank, tracer, watchdog))
     return train_and_report(

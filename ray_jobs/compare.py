@@ -3,6 +3,8 @@
     python -m ray_jobs.compare --workers 2 --repeats 4
     python -m ray_jobs.compare --launchers ray,torchrun,mp.spawn,horovodrun    # Ray beside each backend's own
     python -m ray_jobs.compare --compression fp16 --grad-accumulation 2   # the same options on both sides
+    python -m ray_jobs.compare --model resnet18     # a torchvision ResNet on synthetic images (resnet50, vit_b_16, mlp)
+    python -m ray_jobs.compare --models convnet,mlp,resnet18,resnet50   # one comparison per model, one table
     python -m ray_jobs.compare --bucket-mb 0.01,25 --repeats 4   # a tuning grid: one comparison per setting
     python -m ray_jobs.compare --simulate-nodes 2 --link-rates 20mbit,unshaped --model-width 1,4   # across a link
     python -m ray_jobs.compare --aa     # the A/A control: each arm against itself, the resolution of this machine
@@ -102,9 +104,11 @@ def main() -> int:
     if not 0 < args.target_accuracy <= 1:
         raise ConfigError(f"--target-accuracy must be in (0, 1], got {args.target_accuracy}")
     settings = grid.settings(args)
-    base = cli.config_from_args(args, workers=1, output_dir=".", **settings[0])
-    for setting in settings:
-        orchestrator.check_options(replace(base, **setting), backends)
+    # Each setting's config is built from the flags, so that a model's own defaults (batch, data sizes) apply to it.
+    configs = [cli.config_from_args(args, workers=1, output_dir=".", **setting) for setting in settings]
+    base = configs[0]
+    for cfg in configs:
+        orchestrator.check_options(cfg, backends)
     root = preflight.writable_dir(args.output_dir, "--output-dir")
     if args.simulate_nodes:
         return simulate(args, base, workers, backends, launcher_names, root)
@@ -115,7 +119,7 @@ def main() -> int:
                   target_ci=args.target_ci / 100, budget_s=60 * args.budget_min,
                   reuse_references=args.reuse_references)
     if len(settings) > 1:
-        grid_dir = grid.run(base, settings, workers, backends, root, run_id=args.run_id, **kwargs)
+        grid_dir = grid.run(configs, workers, backends, root, run_id=args.run_id, **kwargs)
         log.info("\n%s\nreport: %s", tuning.render(grid_dir), grid_dir / "report.md")
         return outcome([runs.load(grid_dir / s["folder"]) for s in tuning.load(grid_dir)[0]["settings"]],
                        args.assert_parity)

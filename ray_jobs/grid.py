@@ -1,29 +1,39 @@
-"""The tuning grid: `compare --bucket-mb 0.01,25` or `--compression none,fp16` (or both: every combination) runs one
-whole comparison per setting, each in its own folder, and writes the tuning table (analysis/tuning.py) beside them.
+"""The tuning grid: `compare --bucket-mb 0.01,25`, `--compression none,fp16`, `--model convnet,resnet18`, … (or
+several: every combination) runs one whole comparison per setting, each in its own folder, and writes the tuning
+table (analysis/tuning.py) beside them.
 
-Within a setting the arms are interleaved and paired as in any comparison; the settings run one after another.
+Within a setting the arms are interleaved and paired as in any comparison; the settings run one after another. An
+option that only one backend has (`--cycle-time-ms`, `--gradient-as-bucket-view`) changes that backend's arm alone.
 """
 
 import argparse
 import logging
 import math
-from dataclasses import replace
 from datetime import datetime, timezone
 from itertools import product
 from pathlib import Path
 from typing import Any
 
 from analysis import report, tuning
-from contract import results
+from contract import models, results
 from contract.config import COMPRESSIONS, ConfigError, TrainConfig
 from ray_jobs import orchestrator
 
 log = logging.getLogger(__name__)
-OPTIONS = ("bucket_mb", "compression", "model_width")
+OPTIONS = ("model", "bucket_mb", "compression", "model_width", "cycle_time_ms", "gradient_as_bucket_view")
 """The options `compare` takes as comma-separated lists."""
+SWITCH = {"off": False, "on": True}
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", "--models", dest="model", default="convnet",
+                        help=f"the network(s): {', '.join(models.MODELS)}, or package.module:factory; a "
+                             "comma-separated list runs one comparison per model (default: convnet)")
+    parser.add_argument("--cycle-time-ms", default="0",
+                        help="Horovod only: its background thread's cycle time (HOROVOD_CYCLE_TIME), 0: Horovod's "
+                             "default (1 ms); a comma-separated list runs the grid (default: 0)")
+    parser.add_argument("--gradient-as-bucket-view", nargs="?", const="on", default="off",
+                        help="DDP only: gradients as views into its buckets; off,on runs the grid (default: off)")
     parser.add_argument("--compression", default="none",
                         help=f"gradients on the wire in both backends, from {', '.join(COMPRESSIONS)} (DDP: its "
                              "compress hooks; Horovod: its compressors); a comma-separated list runs the tuning grid "
@@ -42,9 +52,22 @@ def settings(args: argparse.Namespace) -> list[dict[str, Any]]:
     for name in compressions:
         if name not in COMPRESSIONS:
             raise ConfigError(f"--compression takes values from {', '.join(COMPRESSIONS)}, got {name!r}")
-    buckets = _distinct("--bucket-mb", [_size(part) for part in args.bucket_mb.split(",")])
+    buckets = _distinct("--bucket-mb", [_size("--bucket-mb", part, "sizes in MiB")
+                                        for part in args.bucket_mb.split(",")])
     widths = _distinct("--model-width", [_width(part) for part in args.model_width.split(",")])
-    return [{"compression": c, "bucket_mb": b, "model_width": w} for c, b, w in product(compressions, buckets, widths)]
+    names = _distinct("--model", [part.strip() for part in args.model.split(",")])
+    cycles = _distinct("--cycle-time-ms", [_size("--cycle-time-ms", part, "times in ms")
+                                           for part in args.cycle_time_ms.split(",")])
+    views = _distinct("--gradient-as-bucket-view", [_switch(part) for part in args.gradient_as_bucket_view.split(",")])
+    return [{"model": m, "compression": c, "bucket_mb": b, "model_width": w, "cycle_time_ms": t,
+             "gradient_as_bucket_view": v} for m, c, b, w, t, v in product(names, compressions, buckets, widths,
+                                                                            cycles, views)]
+
+
+def _switch(text: str) -> bool:
+    if text.strip() not in SWITCH:
+        raise ConfigError(f"--gradient-as-bucket-view takes off, on or off,on; got {text.strip()!r}")
+    return SWITCH[text.strip()]
 
 
 def _width(text: str) -> int:
@@ -53,13 +76,13 @@ def _width(text: str) -> int:
     return int(text)
 
 
-def _size(text: str) -> float:
+def _size(flag: str, text: str, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ConfigError(f"--bucket-mb takes comma-separated sizes in MiB, got {text.strip()!r}") from None
+        raise ConfigError(f"{flag} takes comma-separated {what}, got {text.strip()!r}") from None
     if not (math.isfinite(value) and value >= 0):
-        raise ConfigError(f"--bucket-mb sizes must be finite and >= 0, got {text.strip()!r}")
+        raise ConfigError(f"{flag} {what.split()[0]} must be finite and >= 0, got {text.strip()!r}")
     return value
 
 
@@ -71,26 +94,32 @@ def _distinct(flag: str, values: list) -> list:
 
 def label(setting: dict[str, Any], varied: list[str]) -> str:
     """The setting's folder name, from the options the grid varies: `compression-fp16_bucket-mb-0.01`."""
-    return "_".join(f"{name.replace('_', '-')}-{setting[name]:g}" if isinstance(setting[name], float)
-                    else f"{name.replace('_', '-')}-{setting[name]}" for name in varied)
+    return "_".join(f"{name.replace('_', '-')}-{_word(setting[name])}" for name in varied)
 
 
-def run(base: TrainConfig, grid: list[dict[str, Any]], workers: list[int],
-        backends: list[str], root: Path, run_id: str = "", **kwargs: Any) -> Path:
-    """One comparison per setting into root/<grid-id>/<setting>/ (grid id: `run_id`, else a timestamp), then
-    grid.json and the tuning report there. A setting that leaves an option out keeps `base`'s value."""
-    grid = [{name: getattr(base, name) for name in OPTIONS} | setting for setting in grid]
+def _word(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value).replace(":", "-").replace("/", "-")
+
+
+def run(configs: list[TrainConfig], workers: list[int], backends: list[str], root: Path, run_id: str = "",
+        **kwargs: Any) -> Path:
+    """One comparison per setting's config into root/<grid-id>/<setting>/ (grid id: `run_id`, else a timestamp),
+    then grid.json and the tuning report there."""
+    grid = [{name: getattr(cfg, name) for name in OPTIONS} for cfg in configs]
     varied = [name for name in OPTIONS if len({setting[name] for setting in grid}) > 1]
     grid_dir = root / (run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
     grid_dir.mkdir(parents=True)
     folders = []
-    for i, setting in enumerate(grid, 1):
+    for i, (setting, cfg) in enumerate(zip(grid, configs), 1):
         folder = label(setting, varied)
         log.info("setting %d/%d: %s", i, len(grid), folder)
         # A link sweep's later rates reuse the same setting's references from its first rate's grid.
         reuse = {"reuse_references": kwargs["reuse_references"] / folder} if kwargs.get("reuse_references") else {}
-        orchestrator.compare(replace(base, **setting), workers, backends, grid_dir, run_id=folder,
-                             **{**kwargs, **reuse})
+        orchestrator.compare(cfg, workers, backends, grid_dir, run_id=folder, **{**kwargs, **reuse})
         report.render(grid_dir / folder)
         folders.append(folder)
     results.write_json(grid_dir / tuning.GRID, {

@@ -17,7 +17,7 @@ from analysis import parity, speed, stats
 from analysis.runs import COMPARISON
 from cluster import worker_output
 from cluster.ray_cluster import check_address, check_local_capacity, connect, require, user_error
-from contract import options, preflight, results
+from contract import models, options, preflight, results
 from contract.config import BACKENDS, ConfigError, TrainConfig
 from launchers import arms
 from launchers.arms import Arm
@@ -30,7 +30,7 @@ DEFAULT_REPEATS = 6
 DEFAULT_EPOCHS = 2
 RUN_KEYS = ("epochs", "final", "step_losses", "peak_rss_mb_per_worker", "parameters_identical_across_ranks",
             "buffers_identical_across_ranks", "parameters_sha256", "options", "phases", "end_to_end_s", "eval_time_s",
-            "checkpoint_time_s", "placement")
+            "checkpoint_time_s", "placement", "model", "overlap", "cpu_s_per_1k_samples", "peak_rss_bytes")
 ARTIFACTS = ("trace-rank*.json", tracing.TIMELINE, options.AUTOTUNE_LOG)
 """Files a run may leave beside its results.json that the report links to."""
 
@@ -148,7 +148,7 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
                 order = stats.balanced_order(distributed, repeats + stage["extra"])
                 execute([(r, arm, n) for r, arm in order if r >= repeats])
     compared = [arm.label for arm in arms.for_backends(backends, launcher_names)]
-    verdicts, speeds, overheads, noise = {}, {}, {}, {}
+    verdicts, speeds, overheads, noise, costs, cost_noise = {}, {}, {}, {}, {}, {}
     pilot = repeats if target_ci else None
     for n in workers:
         # Parity from each arm's first finished round: every repeat trains the same model.
@@ -161,8 +161,12 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
             speeds[str(n)] = {**answer, **({"two_stage": stages[str(n)]} if str(n) in stages else {})}
         if overhead := speed.launcher_overhead(records, n, pilot):
             overheads[str(n)] = overhead
+        if set(backends) == set(BACKENDS) and (cost := speed.cpu_cost(records, n, launcher_names, pilot)):
+            costs[str(n)] = cost
         if aa and (floor := speed.noise_floor(records, n, compared, pilot)):
             noise[str(n)] = floor
+        if aa and (floor := speed.noise_floor(records, n, compared, pilot, speed.CPU_METRIC)):
+            cost_noise[str(n)] = floor
     comparison = {
         "schema_version": 2,
         "run_id": run_id,
@@ -179,9 +183,22 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
         "speed": speeds,
         "launcher_overhead": overheads,
         "noise_floor": noise,
+        "cpu_cost": costs,
+        "noise_floor_cpu": cost_noise,
+        "model": model_record(base, records),
     }
     results.write_json(run_dir / COMPARISON, comparison)
     return run_dir
+
+
+def model_record(cfg: TrainConfig, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The model every run trained, as a finished run recorded it; counted without torch when none finished."""
+    found = next((r["model"] for r in records if r["status"] == "ok" and r.get("model")), None)
+    if found:
+        return found
+    size = {"width": cfg.model_width, "num_classes": cfg.num_classes, "image_size": cfg.image_size}
+    return {"name": cfg.model, "parameters": models.parameters(cfg.model, **size),
+            "gradient_bytes": models.gradient_bytes(cfg.model, **size), "image_size": cfg.image_size}
 
 
 def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path, network: dict[str, Any] | None,
@@ -206,7 +223,7 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path, net
                 "results": str(Path(cfg.output_dir, results.FILENAME).relative_to(run_dir)),
                 "artifacts": sorted(str(p.relative_to(run_dir)) for pattern in ARTIFACTS
                                     for p in Path(cfg.output_dir).glob(pattern)),
-                **{k: doc[k] for k in RUN_KEYS}, **({"network": network} if network else {}),
+                **{k: doc.get(k) for k in RUN_KEYS}, **({"network": network} if network else {}),
                 speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]}
     except Exception as error:  # noqa: BLE001 - a failed run is recorded in the report, and the rest go on
         error = user_error(error) or error

@@ -16,8 +16,7 @@ from torch import nn
 from contract import space
 from contract.config import RESUMABLE_CHANGES, ConfigError, TrainConfig, resume_conflicts
 from contract.results import History
-from workload import faults
-from workload.model import ConvNet
+from workload import faults, model
 
 FILENAME = "checkpoint.pt"
 KEYS = ("epoch", "model", "optimizer", "history", "config", "backend", "launcher")
@@ -68,10 +67,10 @@ def load(directory: str | Path) -> dict[str, Any] | None:
         raise ConfigError(f"{path} is not a checkpoint of this project (it lacks model, optimizer, history or "
                           f"the settings that wrote it); {fix}")
     try:
-        # The weights must fit this model, or the restore would fail later, inside every worker.
-        width = state["config"].get("model_width", 1) if isinstance(state["config"], dict) else 1
-        ConvNet(width=width).load_state_dict(state["model"])
-    except (RuntimeError, TypeError, AttributeError) as error:
+        # The weights must fit the model they claim to be, or the restore would fail later, inside every worker; a
+        # checkpoint of other settings is then refused by check_resume.
+        model.build(TrainConfig.from_dict(state["config"])).load_state_dict(state["model"])
+    except (RuntimeError, TypeError, AttributeError, ConfigError) as error:
         raise ConfigError(f"{path} holds weights of another model ({str(error).splitlines()[0]}); {fix}") from None
     return state
 

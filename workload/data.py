@@ -1,4 +1,5 @@
-"""MNIST through the real torchvision loader: real digits when present or downloadable, synthetic IDX otherwise."""
+"""The data every rank trains on: for the digits models, MNIST through the real torchvision loader (real digits when
+present or downloadable, synthetic IDX otherwise); for the image models, synthetic images (workload/images.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import shutil
 import struct
 import tempfile
 from dataclasses import dataclass, replace
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from contract import files
+from contract import files, models
 from contract.config import TrainConfig
 from contract.errors import DataError
 from contract.preflight import check_epoch_length, free_space, synthetic_file_bytes
@@ -46,6 +48,13 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
 
     Returns the config with `dataset` set to `mnist` or `synthetic`; synthetic files exist on return.
     """
+    if takes_images(cfg):
+        cfg = replace(cfg, dataset="synthetic")
+        check_epoch_length(cfg, cfg.synthetic_train_size)
+        log.info("dataset: synthetic %dx%d images of %d classes (%s)", cfg.image_size, cfg.image_size, cfg.num_classes,
+                 cfg.model)
+        write_images(cfg)
+        return cfg
     if cfg.dataset in ("auto", "mnist"):
         problem = _ensure_mnist(Path(cfg.data_dir))
         if problem is None:
@@ -67,9 +76,80 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     return cfg
 
 
+def takes_images(cfg: TrainConfig) -> bool:
+    return models.spec(cfg.model).inputs == models.IMAGES
+
+
 def train_count(cfg: TrainConfig) -> int:
-    """Training digits in a resolved dataset, from the IDX header (no need to read the images)."""
+    """Training samples in a resolved dataset, from the IDX header (no need to read the images)."""
+    if takes_images(cfg):
+        return cfg.synthetic_train_size
     return _idx_dims(mnist_root(cfg) / "MNIST" / "raw" / SPLIT_FILES["train"][0], IMAGES_MAGIC)[0]
+
+
+def images_root(cfg: TrainConfig) -> Path:
+    """The synthetic images' folder: one per seed, size, classes and counts, shared by every run that asks the same."""
+    name = (f"seed{cfg.seed}-{cfg.image_size}px-{cfg.num_classes}classes-train{cfg.synthetic_train_size}"
+            f"-test{cfg.synthetic_test_size}")
+    return Path(cfg.data_dir) / "synthetic-images" / name
+
+
+def write_images(cfg: TrainConfig) -> Path:
+    """Generate the synthetic images unless they already exist (and are whole); deterministic from the seed."""
+    root = images_root(cfg)
+    if root.is_dir():
+        _check_images(cfg, root)
+        return root
+    free_space(root.parent, "--data-dir", synthetic_file_bytes(cfg), "the synthetic images")
+    from workload import images  # numpy: imported only when images are generated
+
+    with _made_whole(root) as scratch:
+        images.write(scratch, cfg.synthetic_train_size, cfg.synthetic_test_size, cfg.image_size, cfg.num_classes,
+                     cfg.seed)
+    return root
+
+
+def _check_images(cfg: TrainConfig, root: Path) -> None:
+    import numpy as np
+
+    from workload import images
+
+    for split, count in (("train", cfg.synthetic_train_size), ("test", cfg.synthetic_test_size)):
+        try:
+            pixels, labels = images.read(root, split)
+            whole = (pixels.shape == (count, 3, cfg.image_size, cfg.image_size) and pixels.dtype == np.uint8
+                     and labels.shape == (count,) and 0 <= int(labels.min()) and int(labels.max()) < cfg.num_classes)
+        except (OSError, ValueError) as error:
+            whole, why = False, f" ({' '.join(str(error).split())[:100]})"
+        else:
+            why = ""
+        if not whole:
+            raise DataError(f"{root}: its {split} files are not the images this setting makes{why}; delete {root} "
+                            "and they are made again")
+
+
+@contextlib.contextmanager
+def _made_whole(root: Path) -> Iterator[Path]:
+    """A scratch folder beside `root`, renamed into place once the body has filled it: processes racing here never
+    see half a dataset, and a run cut short (SIGTERM, a full disk) leaves no folder it made."""
+    made = [p for p in (root.parent, *root.parent.parents) if not p.exists()]
+    root.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".partial-", dir=root.parent))
+    try:
+        yield scratch
+        for folder in (scratch, *(p for p in scratch.rglob("*") if p.is_dir())):
+            files.normal_mode(folder)  # mkdtemp made it 0700; the files inside are already as the umask says
+        try:
+            os.rename(scratch, root)
+        except OSError:
+            if not root.exists():
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if not root.exists():
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
 
 
 def mnist_root(cfg: TrainConfig) -> Path:
@@ -94,32 +174,15 @@ def write_synthetic(cfg: TrainConfig) -> Path:
         return root
     free_space(root.parent, "--data-dir", synthetic_file_bytes(cfg),
                "the synthetic digits' IDX files and their .gz copies")
-    made = [p for p in (root.parent, *root.parent.parents) if not p.exists()]
-    root.parent.mkdir(parents=True, exist_ok=True)
-    # Build in a scratch folder and rename it into place: processes racing here never see half a dataset.
-    scratch = Path(tempfile.mkdtemp(prefix=".partial-", dir=root.parent))
-    try:
-        (scratch / "MNIST" / "raw").mkdir(parents=True)
-        from workload import synthetic  # torch and numpy: imported only when digits are generated
+    from workload import synthetic  # torch and numpy: imported only when digits are generated
 
+    with _made_whole(root) as scratch:
+        (scratch / "MNIST" / "raw").mkdir(parents=True)
         for split, seed_offset, count in (("train", 0, cfg.synthetic_train_size), ("test", 1, cfg.synthetic_test_size)):
             images, labels = synthetic.generate(count, seed=cfg.seed * 2 + seed_offset)
             images_name, labels_name = SPLIT_FILES[split]
             synthetic.write_idx(scratch / "MNIST" / "raw" / images_name, images)
             synthetic.write_idx(scratch / "MNIST" / "raw" / labels_name, labels)
-        for folder in (scratch, scratch / "MNIST", scratch / "MNIST" / "raw"):
-            files.normal_mode(folder)  # mkdtemp made it 0700; the IDX files inside are already as the umask says
-        try:
-            os.rename(scratch, root)
-        except OSError:
-            if not raw.exists():
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        if not raw.exists():  # cut short (SIGTERM, a full disk): the folders made for it go too, where empty
-            for folder in made:
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
     return root
 
 
@@ -127,6 +190,8 @@ def load(cfg: TrainConfig) -> Splits:
     """Load both splits of a resolved dataset through torchvision, as normalised tensors."""
     if cfg.dataset not in ("mnist", "synthetic"):
         raise ValueError("resolve() the dataset before loading it")
+    if takes_images(cfg):
+        return _image_splits(write_images(cfg))  # a no-op where the launcher already wrote them
     if cfg.dataset == "synthetic":
         write_synthetic(cfg)  # a no-op where the launcher already wrote them; needed on other nodes
     root = mnist_root(cfg)
@@ -135,6 +200,20 @@ def load(cfg: TrainConfig) -> Splits:
     from torchvision.datasets import MNIST  # here, not at the top: importing torchvision costs every CLI ~2 s
 
     return Splits(train=_tensors(MNIST(str(root), train=True)), test=_tensors(MNIST(str(root), train=False)))
+
+
+def _image_splits(root: Path) -> Splits:
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from workload import images
+
+    def split(name: str) -> TensorDataset:
+        pixels, labels = images.read(root, name)
+        x = (torch.from_numpy(pixels.copy()).float() / 255 - images.MEAN) / images.STD
+        return TensorDataset(x, torch.from_numpy(labels.copy()))
+
+    return Splits(train=split("train"), test=split("test"))
 
 
 def _tensors(dataset) -> TensorDataset:

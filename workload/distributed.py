@@ -45,6 +45,22 @@ class DistContext:
         return int(both[0]) == -int(both[1])
 
 
+ALONE_TRIALS = 5
+
+
+def timed_alone(barrier: Callable[[], None], average_once: Callable[[], None], ctx_average: Callable[[Tensor], Tensor]
+                ) -> float:
+    """The median of a few timed runs of `average_once` (a backend's gradient averaging with nothing beside it), each
+    started together after `barrier`, averaged over the ranks."""
+    times = []
+    for _ in range(ALONE_TRIALS):
+        barrier()
+        start = time.perf_counter()
+        average_once()
+        times.append(time.perf_counter() - start)
+    return float(ctx_average(torch.tensor([sorted(times)[len(times) // 2]], dtype=torch.float64))[0])
+
+
 def leave(error: PeerLost) -> NoReturn:
     """End a Ray worker that lost its peer with its one line: raised, Ray would print our traceback with it.
 

@@ -16,9 +16,10 @@ def mean_ci95(values: Tensor) -> tuple[float, float]:
 
 
 def epoch_timing(times: Tensor, warmup_steps: int) -> dict[str, float]:
-    """Statistics of one epoch from `times` [world, steps, 4] holding (data, compute, sync) seconds and the
-    samples each step processed, per rank and step. The first `warmup_steps` steps of the epoch are left out;
-    the launchers refuse epochs that would leave none (contract/preflight.py).
+    """Statistics of one epoch from `times` [world, steps, 4 or 5] holding (data, compute, sync) seconds, the
+    samples each step processed and, in a fifth column, the CPU seconds the rank's process spent in it (every thread:
+    the framework's communication threads too), per rank and step. The first `warmup_steps` steps of the epoch are
+    left out; the launchers refuse epochs that would leave none (contract/preflight.py).
     """
     assert times.shape[1] > warmup_steps, "preflight.check_epoch_length lets no such epoch through"
     measured = times[:, warmup_steps:]
@@ -40,4 +41,8 @@ def epoch_timing(times: Tensor, warmup_steps: int) -> dict[str, float]:
         "data_share": float(measured[..., 0].sum()) / total,
         "comm_share": float(measured[..., 2].sum()) / total,
         "measured_steps": int(measured.shape[1]),
+        # The wait after backward for the averaged gradients, per step, over every rank: what overlap leaves exposed.
+        "comm_exposed_s": float(measured[..., 2].mean()),
+        **({"cpu_s_per_1k_samples": 1000 * float(measured[..., 4].sum()) / max(float(samples.sum()), 1e-12)}
+           if times.shape[-1] > 4 else {}),
     }

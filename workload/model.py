@@ -1,8 +1,11 @@
-"""The ConvNet of the classic DDP tutorials, and its size at a given width."""
+"""The networks by name (contract/models.py): the tutorials' ConvNet, Ray's release MLP, torchvision's ResNets and
+ViT with weights=None (nothing downloaded), or a user's `module:factory`; each built the same way on every rank."""
 
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from contract import models
+from contract.config import ConfigError, TrainConfig
 from contract.options import DDP_DEFAULT_BUCKET_MB
 
 FLOAT32_BYTES = 4
@@ -35,6 +38,53 @@ class ConvNet(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         out = self.layer2(self.layer1(x))
         return self.fc(out.flatten(1))
+
+
+class MLP(nn.Module):
+    """784-512-512-10 with ReLUs, Ray Train's release benchmark's network (which also puts a ReLU on the logits; this
+    one does not, as cross-entropy expects)."""
+
+    def __init__(self, num_classes: int = models.DIGIT_CLASSES) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                                    nn.Linear(512, num_classes))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.layers(x)
+
+
+def build(cfg: TrainConfig) -> nn.Module:
+    """`cfg.model` as a fresh network; the caller seeds torch first, so that every rank builds the same weights."""
+    if cfg.model == "convnet":
+        return ConvNet(width=cfg.model_width)
+    if cfg.model == "mlp":
+        return MLP()
+    if cfg.model in models.MODELS:
+        from torchvision import models as zoo  # here: torchvision costs every process ~2 s to import
+
+        extra = {"image_size": cfg.image_size} if cfg.model == "vit_b_16" else {}
+        return getattr(zoo, cfg.model)(weights=None, num_classes=cfg.num_classes, **extra)
+    try:
+        make = models.factory(cfg.model)
+        network = make(num_classes=cfg.num_classes)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    except Exception as error:  # noqa: BLE001 - whatever the user's factory raises
+        raise ConfigError(f"--model {cfg.model}: calling it with num_classes={cfg.num_classes} raised "
+                          f"{type(error).__name__}: {' '.join(str(error).split())[:160]}") from None
+    if not isinstance(network, nn.Module):
+        raise ConfigError(f"--model {cfg.model} returned {type(network).__name__}, not a torch.nn.Module")
+    return network
+
+
+def describe(network: nn.Module, cfg: TrainConfig) -> dict[str, object]:
+    """results.json's `model`: the name, trainable parameters, float32 gradient bytes per step, and input size."""
+    count = sum(p.numel() for p in network.parameters() if p.requires_grad)
+    digits = models.spec(cfg.model).inputs == models.DIGITS
+    return {"name": cfg.model, "parameters": count,
+            "gradient_bytes": sum(p.numel() * p.element_size() for p in network.parameters() if p.requires_grad),
+            "image_size": 28 if digits else cfg.image_size, "channels": 1 if digits else 3,
+            **({"width": cfg.model_width} if cfg.model == "convnet" else {})}
 
 
 def size(width: int) -> dict[str, int]:

@@ -60,6 +60,9 @@ class EmulatedSync:
         self.per_worker.clear()
         return 0.0
 
+    def alone(self) -> None:
+        return None  # one process: nothing is sent
+
     def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
         apply(self.optimizer)
 

@@ -11,9 +11,8 @@ import torch
 from contract import options, phases, results
 from contract.config import DATASETS, ConfigError, TrainConfig
 from contract.results import History
-from workload import checkpoint, data
+from workload import checkpoint, data, model
 from workload.distributed import DistContext
-from workload.model import ConvNet
 from workload.tensorboard_scalars import Scalars
 from workload.trainer import Trainer
 
@@ -62,10 +61,10 @@ def resume_state(cfg: TrainConfig, backend: str, launcher: str) -> dict[str, Any
     return state
 
 
-def build_model(cfg: TrainConfig, device: torch.device) -> ConvNet:
+def build_model(cfg: TrainConfig, device: torch.device) -> torch.nn.Module:
     # The same seed on every rank gives the same initial weights before any broadcast.
     torch.manual_seed(cfg.seed)
-    return ConvNet(width=cfg.model_width).to(device)
+    return model.build(cfg).to(device)
 
 
 def train_and_report(
@@ -101,6 +100,9 @@ def train_and_report(
         if scalars:
             scalars.close()
     extra = trainer.consistency()
+    last = history.epochs[-1]
+    extra["overlap"] = trainer.overlap(last) if "comm_exposed_s" in last else None  # every rank: collectives
+    extra["cpu_s_per_1k_samples"] = last.get("cpu_s_per_1k_samples")
     wall_time = earlier + time.perf_counter() - start
     if not trainer.ctx.is_main:
         return None
@@ -110,6 +112,7 @@ def train_and_report(
         backend=backend, launcher=launcher, workers=trainer.ctx.world_size * len(trainer.loaders), cfg=trainer.cfg,
         history=history,
         wall_time_s=wall_time, extra={
+            "model": model.describe(trainer.module, trainer.cfg),
             "options": options.effective(trainer.cfg, backend),
             "resumed_from_epoch": resumed_from, "restarts": restarts, **extra, "timestamps": stamps,
             # Provisional, from the command that started the workers; launchers that know better replace them.

@@ -18,13 +18,16 @@ from torch.utils.data import DataLoader, DistributedSampler
 from contract.config import TrainConfig
 from contract.errors import Diverged
 from contract.results import History
-from workload import compression, placement
+from workload import compression, data, placement
 from workload.data import Splits
 from workload.distributed import DistContext
 from workload.metrics import epoch_timing
 from workload.tools import Tool, Tools
 
 log = logging.getLogger(__name__)
+OVERLAP_HOW = ("1 - (wait after backward for the averaged gradients, mean over the last epoch's measured steps and "
+               "every rank) / (the same averaging alone: this backend's own messages, dtype and fusion, with nothing "
+               "else running, median of 5 after training)")
 
 
 class GradientSync(Protocol):
@@ -38,6 +41,10 @@ class GradientSync(Protocol):
 
     def wait(self, backward_end: float) -> float:
         """Block until averaged gradients are ready; return the seconds spent waiting after local backward."""
+
+    def alone(self) -> float | None:
+        """Seconds one step's gradient averaging takes with nothing beside it, as this backend sends it (the same
+        messages, dtype and fusion), every rank together; None where nothing is sent. Called after training."""
 
     def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
         """Apply the averaged gradients with `apply(optimizer)` (optimizer.step, or a GradScaler's step)."""
@@ -54,9 +61,10 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, world_size: int) -> torc
 
 
 def shard_loader(splits: Splits, cfg: TrainConfig, rank: int, world_size: int) -> DataLoader:
-    """This rank's shard of the training set: DistributedSampler, seeded alike on every rank."""
+    """This rank's shard of the training set: DistributedSampler, seeded alike on every rank. The image models drop
+    a short last batch, as their benchmarks' fixed batches do: one sample would break BatchNorm's statistics."""
     sampler = DistributedSampler(splits.train, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed)
-    return DataLoader(splits.train, batch_size=cfg.batch_size, sampler=sampler)
+    return DataLoader(splits.train, batch_size=cfg.batch_size, sampler=sampler, drop_last=data.takes_images(cfg))
 
 
 @dataclass(slots=True)
@@ -140,11 +148,13 @@ class Trainer:
         }
 
     def _steps(self, epoch: int, steps: int, batches: Iterator[tuple[list[Tensor], ...]]
-               ) -> tuple[list[Tensor], list[tuple[float, float, float, int]]]:
-        """The epoch's steps: each one's loss (a tensor: no sync) and its (load, compute, sync seconds, samples)."""
+               ) -> tuple[list[Tensor], list[tuple[float, float, float, int, float]]]:
+        """The epoch's steps: each one's loss (a tensor: no sync) and its (load, compute, sync seconds, samples, and
+        the CPU seconds of every thread of this process)."""
         losses, times = [], []
         for step in range(1, steps + 1):
             self.tools.before_step(epoch, step)
+            cpu = time.process_time()
             t0 = self._now()
             groups = self._micro_batches(next(batches))
             t1 = self._now()
@@ -152,7 +162,8 @@ class Trainer:
             t2 = self._now()
             losses.append(loss)
             # The samples this step really processed: a short last batch counts for what it holds.
-            times.append((t1 - t0, t2 - t1 - sync_s, sync_s, sum(len(y) for group in groups for _, y in group)))
+            times.append((t1 - t0, t2 - t1 - sync_s, sync_s, sum(len(y) for group in groups for _, y in group),
+                          time.process_time() - cpu))
             self.tools.after_step(epoch, step, steps)
             self.stamps.setdefault("first_step_done", time.time())
             if step % self.cfg.log_every == 0 or step == steps:
@@ -232,15 +243,28 @@ class Trainer:
         loss_sum, correct, count = self.ctx.all_reduce(totals, "sum").tolist()
         return loss_sum / count, correct / count
 
+    def overlap(self, last_epoch: dict[str, Any]) -> dict[str, Any] | None:
+        """How much of the gradient averaging the steady steps hid behind backward: 1 - the wait after backward (the
+        last epoch's measured steps, every rank) ÷ the averaging alone (`GradientSync.alone`, measured now, median of
+        a few). Below 0 where the wait exceeded the averaging alone (it shares the cores with backward)."""
+        alone = self.sync.alone()
+        if alone is None:
+            return None
+        exposed = last_epoch["comm_exposed_s"]
+        return {"share": 1 - exposed / alone if alone > 0 else None, "comm_alone_s": alone, "comm_exposed_s": exposed,
+                "how": OVERLAP_HOW}
+
     def consistency(self) -> dict[str, Any]:
         """Whether every rank ends with the same parameters and BatchNorm buffers, and each rank's peak RSS."""
-        rss_mb = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024], dtype=torch.float64)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+        per_rank = self.ctx.gather_rows(torch.tensor([peak], dtype=torch.float64)).flatten().tolist()
         return {
             # The final weights, bit for bit: a resumed run must end where the uninterrupted run ends.
             "parameters_sha256": _sha256(self.module.parameters()).hexdigest(),
             "parameters_identical_across_ranks": self.ctx.same_on_all_ranks(_digest(self.module.parameters())),
             "buffers_identical_across_ranks": self.ctx.same_on_all_ranks(_digest(self.module.buffers())),
-            "peak_rss_mb_per_worker": self.ctx.gather_rows(rss_mb).flatten().tolist(),
+            "peak_rss_mb_per_worker": [b / 2**20 for b in per_rank],
+            "peak_rss_bytes": [int(b) for b in per_rank],
             "placement": placement.gather(self.ctx),
         }
 

@@ -1,0 +1,88 @@
+"""The networks a run can train, by name, without torch: what each takes as input, its defaults, and its size.
+
+A name is one of `MODELS`, or `package.module:factory` for a network of the user's own: a callable taking
+`num_classes` and returning an `nn.Module` for 3 × image_size² inputs (workload/model.py builds every one).
+"""
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+DIGITS, IMAGES = "digits", "images"
+DIGIT_CLASSES = 10
+VIT_PATCH = 16
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    name: str
+    inputs: str
+    """`digits`: 1 × 28 × 28, MNIST or synthetic digits; `images`: 3 × image_size², synthetic images."""
+    batch_size: int
+    """Per worker: the tutorials' 100 for the digits, Horovod's synthetic benchmark's 32 for the images."""
+    train_size: int
+    """Training samples generated when the data is synthetic: an epoch of a few seconds to a minute here."""
+    test_size: int
+    what: str
+
+
+MODELS = {spec.name: spec for spec in (
+    ModelSpec("convnet", DIGITS, 100, 10_000, 2_000, "the DDP tutorials' ConvNet (--model-width scales it)"),
+    ModelSpec("mlp", DIGITS, 100, 10_000, 2_000, "784-512-512-10, the MLP of Ray Train's release benchmark"),
+    ModelSpec("resnet18", IMAGES, 32, 2_560, 512, "torchvision resnet18, weights=None"),
+    ModelSpec("resnet50", IMAGES, 32, 1_920, 384, "torchvision resnet50, weights=None"),
+    ModelSpec("vit_b_16", IMAGES, 32, 1_024, 256, "torchvision vit_b_16(image_size=--image-size), weights=None"),
+)}
+FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def spec(name: str) -> ModelSpec:
+    """The registry's record, or that of a user's `module:factory` (an image model with resnet18's defaults)."""
+    if name in MODELS:
+        return MODELS[name]
+    if FACTORY.match(name):
+        return ModelSpec(name, IMAGES, 32, 2_560, 512, f"{name}(num_classes=--num-classes)")
+    raise ValueError(f"--model must be one of {', '.join(MODELS)}, or package.module:factory for your own network; "
+                     f"got {name!r}")
+
+
+def is_factory(name: str) -> bool:
+    return name not in MODELS and bool(FACTORY.match(name))
+
+
+def parameters(name: str, *, width: int = 1, num_classes: int = DIGIT_CLASSES, image_size: int = 32) -> int | None:
+    """Trainable parameters of a registry model, counted without building it (tests/test_model.py checks each
+    against torch); None for a user's factory, known only once built."""
+    if name == "convnet":
+        c1, c2 = 16 * width, 32 * width
+        return (25 * c1 + c1 + 2 * c1) + (25 * c1 * c2 + c2 + 2 * c2) + (49 * c2 * DIGIT_CLASSES + DIGIT_CLASSES)
+    if name == "mlp":
+        return (784 * 512 + 512) + (512 * 512 + 512) + (512 * DIGIT_CLASSES + DIGIT_CLASSES)
+    head = {"resnet18": 512, "resnet50": 2048, "vit_b_16": 768}.get(name)
+    if head is None:
+        return None
+    body = {"resnet18": 11_176_512, "resnet50": 23_508_032, "vit_b_16": 85_647_360}[name]
+    tokens = 1 + (image_size // VIT_PATCH) ** 2 if name == "vit_b_16" else 0
+    return body + (head + 1) * num_classes + 768 * tokens
+
+
+def gradient_bytes(name: str, **kwargs: int) -> int | None:
+    """The float32 bytes one allreduce averages per step."""
+    count = parameters(name, **kwargs)
+    return None if count is None else 4 * count
+
+
+def factory(name: str) -> Callable:
+    """The callable a `package.module:factory` names, or a ValueError saying why it does not resolve."""
+    module_name, attribute = name.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - whatever the user's module raises while importing
+        raise ValueError(f"--model {name}: cannot import {module_name} ({type(error).__name__}: "
+                         f"{' '.join(str(error).split())[:160]}); make it importable here and on every worker "
+                         "(install it, or put its folder on PYTHONPATH)") from None
+    found = getattr(module, attribute, None)
+    if not callable(found):
+        raise ValueError(f"--model {name}: {module_name} has no callable {attribute!r}")
+    return found
