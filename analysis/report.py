@@ -97,7 +97,7 @@ def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
             "peak_rss_mb": max(first["peak_rss_mb_per_worker"]),
             "peak_rss_per_rank": [max(ranks) for ranks in zip(*(r["peak_rss_bytes"] for r in arm_runs
                                                               if r.get("peak_rss_bytes")))],
-            "overlap": _median([(r.get("overlap") or {}).get("share") for r in arm_runs]),
+            "overlap": _median_overlap([r.get("overlap") for r in arm_runs]),
             "cpu_per_1k": _median([r.get(speed.CPU_METRIC) for r in arm_runs]),
             "scaling": median / (workers * base) if first["backend"] in BACKENDS and base else None,
             "buffers_identical": first["buffers_identical_across_ranks"],
@@ -122,7 +122,7 @@ def table(comparison: dict[str, Any], workers: int) -> str:
             f"| {r['arm']} | {r['train_loss']:.4f} | {100 * r['test_accuracy']:.2f}% | {rate:.0f} ± {ci:.0f} "
             f"| {steady} | {_seconds(r['end_to_end_s'])} | {_seconds(r['epoch_time_s'])} "
             f"| {r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms | {100 * r['comm_share']:.1f}% | {reached} "
-            f"| {_percent(r['overlap'])} | {_number(r['cpu_per_1k'], '.2f')} | {rss(r['peak_rss_per_rank'])} "
+            f"| {overlap_text(r['overlap'])} | {figure(r['cpu_per_1k'], '.2f')} | {rss(r['peak_rss_per_rank'])} "
             f"| {scaling} | {'yes' if r['buffers_identical'] else 'no'} |"
         )
     return "\n".join(lines)
@@ -133,11 +133,25 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def _percent(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.0f}%"
+def _median_overlap(found: list[dict[str, Any] | None]) -> dict[str, float] | None:
+    """The median over runs of the overlap share and of the wait ÷ the averaging alone."""
+    known = [o for o in found if o and o.get("share") is not None]
+    if not known:
+        return None
+    return {"share": statistics.median(o["share"] for o in known),
+            "wait_over_alone": statistics.median(o["comm_exposed_s"] / o["comm_alone_s"] for o in known)}
 
 
-def _number(value: float | None, spec: str) -> str:
+def overlap_text(overlap: dict[str, float] | None) -> str:
+    """`62%`, or where the wait after backward exceeded the averaging alone, `none (wait 3.1× alone)`."""
+    if overlap is None:
+        return "—"
+    if overlap["share"] < 0:
+        return f"none (wait {overlap['wait_over_alone']:.1f}× alone)"
+    return f"{100 * overlap['share']:.0f}%"
+
+
+def figure(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
@@ -350,6 +364,11 @@ def report_markdown(comparison: dict[str, Any]) -> str:
         "ratio, round by round: the interval is a paired t interval on the log ratios of the rounds, "
         "exponentiated; a winner is named only when the whole 95 % interval lies on one side of 1.",
     ]
+    if own := s.get("per_backend"):
+        out += ["", "**Each backend at its own best setting** of a tuning grid: " + "; ".join(
+            f"{backend}: " + ", ".join(f"--{k.replace('_', '-')} {_option(v)}" for k, v in chosen.items())
+            for backend, chosen in own.items()) + ". No reference ran and parity is not judged: the two compute "
+            "differently on purpose."]
     if options := options_table(comparison):
         out += ["", "## Options, as each framework applied them", "",
                 "One flag sets both frameworks; where a flag leaves the value to the framework, its own default is "

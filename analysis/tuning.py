@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import plots, report, runs, speed, stats
-from contract.config import ConfigError
+from contract.config import BACKENDS, ConfigError
 
 GRID = "grid.json"
 SCHEMA_VERSION = 1
@@ -22,7 +22,8 @@ def load(grid_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]
         grid = json.loads(path.read_text())
     except (OSError, ValueError) as error:
         raise ConfigError(f"{path} cannot be read ({error}); pass a folder written by a compare grid") from None
-    return grid, {s["folder"]: runs.load(Path(grid_dir) / s["folder"]) for s in grid["settings"]}
+    folders = [s["folder"] for s in grid["settings"]] + [b["folder"] for b in grid.get("best", {}).values()]
+    return grid, {folder: runs.load(Path(grid_dir) / folder) for folder in folders}
 
 
 def rows(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -32,26 +33,54 @@ def rows(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[d
         for workers in grid["workers"]:
             answer = comparison["speed"].get(str(workers))
             parity = comparison["parity"].get(str(workers), {}).get("verdict", "—")
+            costs = {r["arm"]: r for r in report.rows(comparison, workers)}
             for arm, arm_runs in runs.finished(comparison, workers).items():
                 if arm not in speed.DISTRIBUTED_ARMS:
                     continue
                 values = [r[speed.METRIC] for r in arm_runs]
                 mean, interval = stats.mean_interval(values)
+                cost = costs[arm]
                 out.append({"setting": {name: setting[name] for name in grid["varied"]}, "folder": setting["folder"],
                             "workers": workers, "arm": arm, "mean": mean, "ci95": interval, "runs": len(values),
-                            "native_over_horovod": answer, "parity": parity})
+                            "native_over_horovod": answer, "parity": parity, "comm_share": cost["comm_share"],
+                            "overlap": cost["overlap"], "cpu_per_1k": cost["cpu_per_1k"],
+                            "peak_rss_per_rank": cost["peak_rss_per_rank"]})
     return out
+
+
+def group(setting: dict[str, Any]) -> str:
+    """Settings compete within their model: the best of a backend is found among one model's settings."""
+    return str(setting.get("model", "convnet"))
+
+
+def bests(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], workers: int
+          ) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per model with two settings or more: each backend's setting of the highest mean steady samples/s (its arm
+    on Ray when Ray ran, else under its own launcher), as {model: {backend: {folder, mean}}}."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in rows(grid, comparisons):
+        setting = next(s for s in grid["settings"] if s["folder"] == row["folder"])
+        launchers = comparisons[row["folder"]]["settings"]["launchers"]
+        backend = dict(zip(speed.compared_arms(launchers), BACKENDS)).get(row["arm"])
+        if backend is None or row["workers"] != workers:
+            continue
+        best = out.setdefault(group(setting), {}).get(backend)
+        if best is None or row["mean"] > best["mean"]:
+            out[group(setting)][backend] = {"folder": row["folder"], "mean": row["mean"]}
+    counts = {g: sum(group(s) == g for s in grid["settings"]) for g in out}
+    return {g: found for g, found in out.items() if counts[g] > 1 and len(found) == 2}
 
 
 def table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
     varied = grid["varied"]
     head = (f"| {' | '.join('--' + name.replace('_', '-') for name in varied)} | workers | arm "
-            "| steady samples/s, mean (95 % CI), runs | native ÷ Horovod, paired (95 % CI) | verdict | parity |")
+            "| steady samples/s, mean (95 % CI), runs | native ÷ Horovod, paired (95 % CI) | verdict | parity "
+            "| comm share | overlap | CPU s per 1k samples | peak RSS per rank |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     shown = set()
     for row in rows(grid, comparisons):
         group = (row["folder"], row["workers"])  # the ratio belongs to the setting and worker count: said once
-        values = " | ".join(_value(row["setting"][name]) for name in varied)
+        values = " | ".join(_value(name, row["setting"][name]) for name in varied)
         interval = (f"{row['mean']:.0f} ({row['ci95'][0]:.0f}–{row['ci95'][1]:.0f}), n={row['runs']}"
                     if row["ci95"] else f"{row['mean']:.0f}, n={row['runs']}")
         answer = row["native_over_horovod"]
@@ -59,8 +88,32 @@ def table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
         ratio, verdict = (report.ratio_text(answer), report.decision(answer)) if said else ("", "")
         shown.add(group)
         lines.append(f"| {values} | {row['workers']} | {row['arm']} | {interval} | {ratio} | {verdict} "
-                     f"| {row['parity']} |")
+                     f"| {row['parity']} | {100 * row['comm_share']:.1f}% | {report.overlap_text(row['overlap'])} "
+                     f"| {report.figure(row['cpu_per_1k'], '.2f')} | {report.rss(row['peak_rss_per_rank'])} |")
     return "\n".join(lines)
+
+
+def best_lines(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[str]:
+    """Each backend at its best, and the verdict between the two: a fair fight is each at its best setting."""
+    out = []
+    for workers in grid["workers"]:
+        for model, found in bests(grid, comparisons, workers).items():
+            native, horovod = found["native"], found["horovod"]
+            named = {b: f"`{found[b]['folder']}` ({found[b]['mean']:.0f} samples/s)" for b in found}
+            head = f"- **{model}, {workers} worker(s)**: native at its best {named['native']}, Horovod at its best " \
+                   f"{named['horovod']}"
+            if native["folder"] == horovod["folder"]:
+                answer = comparisons[native["folder"]]["speed"].get(str(workers))
+                verdict = (f"the same setting, whose paired verdict is {report.decision(answer)}" if answer else
+                           "the same setting, without a paired verdict")
+            elif record := grid.get("best", {}).get(model):
+                answer = comparisons[record["folder"]]["speed"].get(str(workers))
+                verdict = (f"each at its best, interleaved in [{record['folder']}]({record['folder']}/report.md): "
+                           f"{answer['sentence'] if answer else 'no round finished on both sides'}")
+            else:
+                verdict = "not yet run against each other"
+            out.append(f"{head}; {verdict}.")
+    return out
 
 
 def intervals(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
@@ -69,14 +122,24 @@ def intervals(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> l
     for setting in grid["settings"]:
         for workers in grid["workers"]:
             if answer := comparisons[setting["folder"]]["speed"].get(str(workers)):
-                named = ", ".join(f"{name.replace('_', '-')} {_value(setting[name])}" for name in grid["varied"])
+                named = ", ".join(f"{name.replace('_', '-')} {_value(name, setting[name])}"
+                                  for name in grid["varied"])
                 out.append((f"{named}, {workers} worker(s)", answer))
+    for model, best in grid.get("best", {}).items():
+        for workers in grid["workers"]:
+            if answer := comparisons[best["folder"]]["speed"].get(str(workers)):
+                out.append((f"{model}: each backend at its best, {workers} worker(s)", answer))
     return out
 
 
-def _value(value: Any) -> str:
+UNITS = {"bucket_mb": "MiB", "cycle_time_ms": "ms"}
+
+
+def _value(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
     if isinstance(value, float):
-        return "framework default" if value == 0 else f"{value:g} MiB"
+        return "framework default" if value == 0 else f"{value:g} {UNITS.get(name, '')}".strip()
     return str(value)
 
 
@@ -88,7 +151,11 @@ def markdown(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> st
            "their ratio is paired round by round; between settings the runs are minutes apart, so compare settings "
            "by their intervals, which carry the machine's drift. A bucket size of 0 leaves each framework its own "
            "default (DDP 25 MiB, Horovod 0.28.1 128 MiB).", "",
-           table(grid, comparisons), "", f"Plot: `{plots.VERDICTS}`, native ÷ Horovod per setting with its interval.",
+           table(grid, comparisons), "", *(["**Each backend at its best** (the highest mean steady samples/s of "
+                                            "its arm over the settings of one model):", "",
+                                            *best_lines(grid, comparisons), ""]
+                                           if best_lines(grid, comparisons) else []),
+           f"Plot: `{plots.VERDICTS}`, native ÷ Horovod per setting with its interval.",
            "", "Reports: " + ", ".join(
                f"[{s['folder']}]({s['folder']}/report.md)" for s in grid["settings"]), ""]
     return "\n".join(out)

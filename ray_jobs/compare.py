@@ -103,12 +103,10 @@ def main() -> int:
         raise ConfigError(f"--tolerance must be a finite number >= 0, got {args.tolerance}")
     if not 0 < args.target_accuracy <= 1:
         raise ConfigError(f"--target-accuracy must be in (0, 1], got {args.target_accuracy}")
-    settings = grid.settings(args)
-    # Each setting's config is built from the flags, so that a model's own defaults (batch, data sizes) apply to it.
-    configs = [cli.config_from_args(args, workers=1, output_dir=".", **setting) for setting in settings]
-    base = configs[0]
-    for cfg in configs:
-        orchestrator.check_options(cfg, backends)
+    settings = [grid.with_model_defaults(args, setting) for setting in grid.settings(args)]
+    base = cli.config_from_args(args, workers=1, output_dir=".", **settings[0])
+    for setting in settings:
+        orchestrator.check_options(replace(base, **setting), backends)
     root = preflight.writable_dir(args.output_dir, "--output-dir")
     if args.simulate_nodes:
         return simulate(args, base, workers, backends, launcher_names, root)
@@ -119,7 +117,7 @@ def main() -> int:
                   target_ci=args.target_ci / 100, budget_s=60 * args.budget_min,
                   reuse_references=args.reuse_references)
     if len(settings) > 1:
-        grid_dir = grid.run(configs, workers, backends, root, run_id=args.run_id, **kwargs)
+        grid_dir = grid.run(base, settings, workers, backends, root, run_id=args.run_id, **kwargs)
         log.info("\n%s\nreport: %s", tuning.render(grid_dir), grid_dir / "report.md")
         return outcome([runs.load(grid_dir / s["folder"]) for s in tuning.load(grid_dir)[0]["settings"]],
                        args.assert_parity)

@@ -9,13 +9,14 @@ option that only one backend has (`--cycle-time-ms`, `--gradient-as-bucket-view`
 import argparse
 import logging
 import math
+from dataclasses import replace
 from datetime import datetime, timezone
 from itertools import product
 from pathlib import Path
 from typing import Any
 
 from analysis import report, tuning
-from contract import models, results
+from contract import cli, models, results
 from contract.config import COMPRESSIONS, ConfigError, TrainConfig
 from ray_jobs import orchestrator
 
@@ -64,6 +65,16 @@ def settings(args: argparse.Namespace) -> list[dict[str, Any]]:
                                                                             cycles, views)]
 
 
+def with_model_defaults(args: argparse.Namespace, setting: dict[str, Any]) -> dict[str, Any]:
+    """`setting` with the batch and data sizes its model takes when the flags leave them to it (0), so that a grid
+    of models gives each model its own."""
+    cfg = cli.config_from_args(args, workers=1, output_dir=".", **setting)
+    return {**setting, **{name: getattr(cfg, name) for name in MODEL_DEFAULTS}}
+
+
+MODEL_DEFAULTS = ("batch_size", "synthetic_train_size", "synthetic_test_size")
+
+
 def _switch(text: str) -> bool:
     if text.strip() not in SWITCH:
         raise ConfigError(f"--gradient-as-bucket-view takes off, on or off,on; got {text.strip()!r}")
@@ -105,10 +116,11 @@ def _word(value: Any) -> str:
     return str(value).replace(":", "-").replace("/", "-")
 
 
-def run(configs: list[TrainConfig], workers: list[int], backends: list[str], root: Path, run_id: str = "",
-        **kwargs: Any) -> Path:
-    """One comparison per setting's config into root/<grid-id>/<setting>/ (grid id: `run_id`, else a timestamp),
-    then grid.json and the tuning report there."""
+def run(base: TrainConfig, grid: list[dict[str, Any]], workers: list[int], backends: list[str], root: Path,
+        run_id: str = "", **kwargs: Any) -> Path:
+    """One comparison per setting into root/<grid-id>/<setting>/ (grid id: `run_id`, else a timestamp), then
+    grid.json and the tuning report there. A setting that leaves an option out keeps `base`'s value."""
+    configs = [replace(base, **setting) for setting in grid]
     grid = [{name: getattr(cfg, name) for name in OPTIONS} for cfg in configs]
     varied = [name for name in OPTIONS if len({setting[name] for setting in grid}) > 1]
     grid_dir = root / (run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
@@ -122,10 +134,34 @@ def run(configs: list[TrainConfig], workers: list[int], backends: list[str], roo
         orchestrator.compare(cfg, workers, backends, grid_dir, run_id=folder, **{**kwargs, **reuse})
         report.render(grid_dir / folder)
         folders.append(folder)
-    results.write_json(grid_dir / tuning.GRID, {
-        "schema_version": tuning.SCHEMA_VERSION, "grid_id": grid_dir.name, "varied": varied,
-        "settings": [{"folder": f, **s} for f, s in zip(folders, grid)], "workers": workers,
-        "repeats": kwargs.get("repeats", 1),
-    })
+    record = {"schema_version": tuning.SCHEMA_VERSION, "grid_id": grid_dir.name, "varied": varied,
+              "settings": [{"folder": f, **s} for f, s in zip(folders, grid)], "workers": workers,
+              "repeats": kwargs.get("repeats", 1)}
+    results.write_json(grid_dir / tuning.GRID, record)
+    if set(varied) - {"model", "model_width"} and set(backends) == {"native", "horovod"}:
+        record["best"] = best_against_best(record, configs, workers, backends, grid_dir, kwargs)
+        results.write_json(grid_dir / tuning.GRID, record)
     tuning.render(grid_dir)
     return grid_dir
+
+
+def best_against_best(record: dict[str, Any], configs: list[TrainConfig], workers: list[int], backends: list[str],
+                      grid_dir: Path, kwargs: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Per model whose two backends were best at different settings: one more comparison, each backend at its own
+    best, interleaved and paired as any (a fair fight, rather than both at the same setting); {model: its folder}."""
+    _, comparisons = tuning.load(grid_dir)
+    out = {}
+    for model, found in tuning.bests(record, comparisons, max(workers)).items():
+        if found["native"]["folder"] == found["horovod"]["folder"]:
+            continue
+        chosen = {b: next(s for s in record["settings"] if s["folder"] == found[b]["folder"]) for b in found}
+        base = configs[record["settings"].index(chosen["native"])]
+        folder = f"best-{_word(model)}"
+        log.info("%s: native at its best (%s) against Horovod at its best (%s)", model, found["native"]["folder"],
+                 found["horovod"]["folder"])
+        orchestrator.compare(base, workers, backends, grid_dir, run_id=folder,
+                             per_backend={b: {k: v for k, v in s.items() if k in OPTIONS} for b, s in chosen.items()},
+                             **{**kwargs, "reuse_references": None})
+        report.render(grid_dir / folder)
+        out[model] = {"folder": folder, "native": found["native"]["folder"], "horovod": found["horovod"]["folder"]}
+    return out

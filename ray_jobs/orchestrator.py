@@ -84,14 +84,18 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
             tolerance: float, target_accuracy: float, repeats: int = 1, launcher_names: list[str] = ("ray",),
             references: bool = True, run_id: str = "", network: dict[str, Any] | None = None,
             aa: bool = False, target_ci: float = 0.0, budget_s: float = 0.0,
-            reuse_references: Path | None = None) -> Path:
+            reuse_references: Path | None = None, per_backend: dict[str, dict[str, Any]] | None = None) -> Path:
     """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
     folder. `network`: the simulated link the runs cross (ray_jobs/link_sweep.py), recorded with every run. `aa`:
     every distributed arm also runs against its A/A twin, interleaved alike, for the noise floor. `target_ci` (0.05:
     ±5 %): the `repeats` rounds are a pilot, and Stein's two-stage procedure adds the rounds its spread says
     native ÷ Horovod needs for that half-width, as many as `budget_s` (from the start of the first run) allows.
     `reuse_references`: a comparison of the same settings (a link sweep's first rate) whose finished single-process
-    references stand in for this one's: they never cross a link, so running them again would give the same steps."""
+    references stand in for this one's: they never cross a link, so running them again would give the same steps.
+    `per_backend`: options each backend runs with instead of `base`'s (a grid's best of each against each other);
+    then no reference runs and parity is not judged, the backends computing differently on purpose."""
+    if per_backend:
+        references = False
     launcher_names = list(launcher_names)
     check_options(base, backends)
     arms.check_available(launcher_names, backends)
@@ -125,7 +129,8 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
                 records.append(reuse(reused, reuse_references, run_dir, f"[{i}/{len(planned)}]"))
                 continue
             try:
-                records.append(run_one(arm, round_, n, base, run_dir, network, f"[{i}/{len(planned)}]", started))
+                own = replace(base, **(per_backend or {}).get(arm.backend, {}))
+                records.append(run_one(arm, round_, n, own, run_dir, network, f"[{i}/{len(planned)}]", started))
             except KeyboardInterrupt:
                 failed = sum(r["status"] != "ok" for r in records)
                 raise KeyboardInterrupt(f"{len(records)} run(s) of this comparison had finished"
@@ -156,7 +161,8 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
         for r in sorted(records, key=lambda r: r["round"]):
             if r["workers"] == n and r["status"] == "ok":
                 losses.setdefault(r["arm"], r["step_losses"])
-        verdicts[str(n)] = parity.verdict(losses, parity_steps, tolerance, compared)
+        if not per_backend:
+            verdicts[str(n)] = parity.verdict(losses, parity_steps, tolerance, compared)
         if set(backends) == set(BACKENDS) and (answer := speed.speed(records, n, launcher_names, pilot)):
             speeds[str(n)] = {**answer, **({"two_stage": stages[str(n)]} if str(n) in stages else {})}
         if overhead := speed.launcher_overhead(records, n, pilot):
@@ -174,6 +180,7 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
                      "repeats": repeats, "aa": aa, "target_ci": target_ci, "budget_s": budget_s if target_ci else None,
                      "parity_steps": parity_steps, "tolerance": tolerance,
                      "target_accuracy": target_accuracy, "speed_metric": speed.METRIC,
+                     **({"per_backend": per_backend} if per_backend else {}),
                      **({"network": network} if network else {})},
         "environment": results.environment(),
         "wall_time_s": time.monotonic() - started,
