@@ -47,6 +47,10 @@ def _pixels(cfg: TrainConfig) -> int:
     return 28 * 28 if models.spec(cfg.model).inputs == models.DIGITS else 3 * cfg.image_size ** 2
 
 
+def _samples(cfg: TrainConfig) -> str:
+    return "digits" if models.spec(cfg.model).inputs == models.DIGITS else "images"
+
+
 def synthetic_file_bytes(cfg: TrainConfig) -> int:
     """Synthetic samples on disk: a byte a pixel and the label, and for digits as much again for the .gz copy
     torchvision expects."""
@@ -60,9 +64,8 @@ def synthetic_memory(cfg: TrainConfig) -> None:
     samples = cfg.synthetic_train_size + cfg.synthetic_test_size
     needed = samples * (4 * _pixels(cfg) + 8)
     if (available := _available_memory()) and needed > available:
-        what = "digits" if models.spec(cfg.model).inputs == models.DIGITS else "images"
-        raise ConfigError(f"{samples:,} synthetic {what} need about {space.size(needed)} of memory in each process "
-                          f"that loads them, and this machine has {space.size(available)} available; lower "
+        raise ConfigError(f"{samples:,} synthetic {_samples(cfg)} need about {space.size(needed)} of memory in each "
+                          f"process that loads them, and this machine has {space.size(available)} available; lower "
                           "--synthetic-train-size or --synthetic-test-size")
 
 
@@ -105,10 +108,10 @@ def check_epoch_length(cfg: TrainConfig, train_count: int) -> None:
     steps = steps_per_epoch(cfg, train_count)
     if steps <= cfg.warmup_steps:
         raise ConfigError(
-            f"an epoch is {steps} step(s) ({train_count} training digits, --workers {cfg.workers}, --batch-size "
-            f"{cfg.batch_size}{f', --max-steps-per-epoch {cfg.max_steps_per_epoch}' if cfg.max_steps_per_epoch else ''}"
+            f"an epoch is {steps} step(s) ({train_count} training {_samples(cfg)}, --workers {cfg.workers}, "
+            f"--batch-size {cfg.batch_size}{f', --max-steps-per-epoch {cfg.max_steps_per_epoch}' if cfg.max_steps_per_epoch else ''}"
             f"), which leaves no step after --warmup-steps {cfg.warmup_steps} to time; lower --warmup-steps or "
-            "--batch-size, or train on more digits"
+            f"--batch-size, or train on more {_samples(cfg)}"
         )
 
 
@@ -125,14 +128,19 @@ def checkpoint_bytes(cfg: TrainConfig) -> int:
     return max(CHECKPOINT_BYTES_PER_WIDTH2 * cfg.model_width ** 2, 2 * 2 * weights + (1 << 20))
 
 
+def check_model(cfg: TrainConfig) -> None:
+    """A user's `module:factory` resolves: its module is imported here, so that a typo is refused before anything."""
+    if models.is_factory(cfg.model):
+        try:
+            models.factory(cfg.model)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+
+
 def check_config(cfg: TrainConfig) -> None:
     """The model, the paths a run will write and the room they have, and, where the data size is already known, the
     epoch length."""
-    if models.is_factory(cfg.model):
-        try:
-            models.factory(cfg.model)  # the user's module, imported here so that a typo is refused before anything
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
+    check_model(cfg)
     writable_dir(cfg.output_dir, "--output-dir")
     free_space(cfg.output_dir, "--output-dir", OUTPUT_BYTES, "results, TensorBoard scalars, logs")
     if cfg.dataset == "mnist" and (Path(cfg.data_dir) / "MNIST" / "raw").is_dir():

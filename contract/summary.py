@@ -18,7 +18,7 @@ def format_result(doc: dict[str, Any]) -> str:
     env = doc["environment"]
     lines = [
         f"{doc['backend']} via {doc['launcher']}: {doc['workers']} worker(s), dataset {doc['dataset']}, "
-        f"batch {doc['config']['batch_size']}/worker, lr {doc['config']['lr']}",
+        f"batch {doc['config']['batch_size']}/worker, lr {doc['config']['lr']}" + _model(doc),
         f"{'epoch':>5} {'train loss':>10} {'test loss':>9} {'test acc':>8} {'samples/s':>10} "
         f"{'step p50':>9} {'step p95':>9} {'comm':>6} {'epoch s':>8}",
     ]
@@ -35,3 +35,11 @@ def format_result(doc: dict[str, Any]) -> str:
         + (f", {env['gpu']}" if env["gpu"] else "")
     )
     return "\n".join(lines)
+
+
+def _model(doc: dict[str, Any]) -> str:
+    model = doc.get("model")
+    if not model:
+        return ""
+    return (f", model {model['name']} ({model['parameters'] / 1e6:.2f} M parameters, "
+            f"{model['gradient_bytes'] / 1e6:.1f} MB of gradient)")

@@ -107,6 +107,7 @@ def main() -> int:
     base = cli.config_from_args(args, workers=1, output_dir=".", **settings[0])
     for setting in settings:
         orchestrator.check_options(replace(base, **setting), backends)
+        preflight.check_model(replace(base, **setting))
     root = preflight.writable_dir(args.output_dir, "--output-dir")
     if args.simulate_nodes:
         return simulate(args, base, workers, backends, launcher_names, root)

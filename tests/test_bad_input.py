@@ -219,6 +219,15 @@ TABLE = [
     # Seen: Ray's OSError traceback from ray.init, once the data was made.
     case("ray_jobs.train", SYNTHETIC, "cannot be written here; set HOME to a writable folder", env="read-only-home"),
 
+    # Models: a name that does not resolve, or a setting the model cannot take.
+    case("ray_jobs.train", ["--model", "resnet1"], "--model must be one of convnet, mlp, resnet18, resnet50, vit_b_16"),
+    case("ray_jobs.compare", ["--models", "convnet,nosuch.module:net"], "--model nosuch.module:net: cannot import"),
+    case("ray_jobs.compare", ["--models", "convnet,convnet"], "--model lists a value twice"),
+    case("horovod_ddp.train", ["--model", "vit_b_16", "--image-size", "40"], "must be a multiple of 16, got 40"),
+    case("native_ddp.spawn", ["--model", "resnet18", "--model-width", "2"], "--model-width scales convnet"),
+    case("native_ddp.train", ["--model", "resnet50", "--dataset", "mnist"], "MNIST is for convnet and mlp"),
+    case("ray_jobs.train", ["--model", "mlp", "--num-classes", "100"], "mlp trains on 28x28 digits of 10 classes"),
+
     case("ray_jobs.compare", ["--checkpoint-dir", "{ws}/ckpt"], "unrecognized arguments: --checkpoint-dir"),
     case("ray_jobs.compare", ["--backends", "native", "--autotune"], "--autotune is a Horovod option, not applicable "
                                                                      "to DDP; use --backends horovod"),

@@ -1,6 +1,13 @@
+import re
+
+import numpy as np
+import pytest
 import torch
 
-from workload.model import ConvNet
+from contract import models
+from contract.config import ConfigError, TrainConfig
+from workload import data, images, reference
+from workload.model import ConvNet, build, describe
 
 
 def test_output_shape_and_parameter_count():
@@ -19,3 +26,100 @@ def test_layers_are_the_tutorial_network():
     assert (bn1.num_features, bn2.num_features) == (16, 32)
     assert pool1.kernel_size == pool2.kernel_size == 2
     assert (model.fc.in_features, model.fc.out_features) == (1568, 10)
+
+
+@pytest.mark.parametrize("name, size", [("convnet", {"width": 1}), ("convnet", {"width": 3}), ("mlp", {}),
+                                        ("resnet18", {}), ("resnet18", {"num_classes": 7}), ("resnet50", {}),
+                                        ("vit_b_16", {}), ("vit_b_16", {"image_size": 64, "num_classes": 3})])
+def test_the_registry_counts_each_model_as_torch_builds_it(name, size):
+    cfg = TrainConfig(model=name, **{"model_width" if k == "width" else k: v for k, v in size.items()})
+    network = build(cfg)
+    record = describe(network, cfg)
+    assert record["parameters"] == models.parameters(name, **size) == sum(p.numel() for p in network.parameters())
+    assert record["gradient_bytes"] == models.gradient_bytes(name, **size) == 4 * record["parameters"]
+    pixels = (1, 28) if models.spec(name).inputs == models.DIGITS else (3, cfg.image_size)
+    assert (record["channels"], record["image_size"]) == pixels
+    assert network(torch.zeros(2, pixels[0], pixels[1], pixels[1])).shape == (2, cfg.num_classes)
+
+
+def test_the_gradients_span_the_regimes_the_backends_differ_in():
+    # One DDP bucket (< 1 MiB), a few (1-25 MB), several and Horovod's fusion threshold (> 128 MiB) crossed.
+    sizes = {name: models.gradient_bytes(name) / 2**20 for name in models.MODELS}
+    assert sizes["convnet"] < 1 < sizes["mlp"] < 25 < sizes["resnet18"] < sizes["resnet50"] < 128 < sizes["vit_b_16"]
+
+
+def test_each_model_takes_its_own_defaults_unless_given():
+    assert (TrainConfig().batch_size, TrainConfig().synthetic_train_size) == (100, 10_000)
+    resnet = TrainConfig(model="resnet18")
+    assert (resnet.batch_size, resnet.synthetic_train_size, resnet.synthetic_test_size) == (32, 2560, 512)
+    assert TrainConfig(model="resnet50", batch_size=16).batch_size == 16
+    assert TrainConfig(model="tests.tiny_models:tiny").batch_size == 32
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"model": "resnet1"}, "--model must be one of convnet, mlp, resnet18, resnet50, vit_b_16"),
+    ({"model": "resnet18", "model_width": 2}, "--model-width scales convnet"),
+    ({"model": "mlp", "image_size": 64}, "mlp trains on 28x28 digits"),
+    ({"model": "convnet", "num_classes": 5}, "convnet trains on 28x28 digits"),
+    ({"model": "resnet18", "dataset": "mnist"}, "MNIST is for convnet and mlp"),
+    ({"model": "vit_b_16", "image_size": 40}, "must be a multiple of 16"),
+    ({"model": "resnet18", "image_size": 8}, "--image-size must be from 16 to 512"),
+    ({"model": "resnet18", "num_classes": 1}, "--num-classes must be from 2"),
+    ({"model": "resnet50", "batch_size": 4, "grad_accumulation": 4}, "needs micro-batches of at least 2"),
+])
+def test_a_model_setting_that_cannot_train_is_refused(bad, needle):
+    with pytest.raises(ConfigError, match=needle):
+        TrainConfig(**bad)
+
+
+def test_synthetic_images_are_deterministic_balanced_and_learnable():
+    a, labels = images.generate(200, 16, 5, seed=3)
+    again, _ = images.generate(200, 16, 5, seed=3)
+    other, _ = images.generate(200, 16, 5, seed=4)
+    test, test_labels = images.generate(100, 16, 5, seed=3, split=1)
+    assert a.shape == (200, 3, 16, 16) and a.dtype == np.uint8 and np.array_equal(a, again)
+    assert not np.array_equal(a, other) and np.bincount(labels).tolist() == [40] * 5
+    # The test split shares the classes' patterns, shifted: by its spectrum (blind to a circular shift), the nearest
+    # training class mean names most test images.
+    def spectrum(x):
+        return np.abs(np.fft.fft2(x.astype(float)))
+
+    means = np.stack([spectrum(a[labels == c]).mean(0) for c in range(5)])
+    guess = np.argmin(((spectrum(test)[:, None] - means[None]) ** 2).sum((2, 3, 4)), 1)
+    assert (guess == test_labels).mean() > 0.8
+
+
+def test_image_data_is_made_once_and_a_damaged_copy_is_refused(tmp_path):
+    cfg = data.resolve(TrainConfig(model="tests.tiny_models:tiny", image_size=16, data_dir=str(tmp_path),
+                                   synthetic_train_size=256, synthetic_test_size=32))
+    root = data.images_root(cfg)
+    made = {p.name: p.stat().st_mtime_ns for p in root.iterdir()}
+    assert cfg.dataset == "synthetic" and sorted(made) == sorted(n for pair in images.FILES.values() for n in pair)
+    splits = data.load(cfg)
+    assert splits.train.tensors[0].shape == (256, 3, 16, 16) and splits.test.tensors[1].dtype == torch.int64
+    assert {p.name: p.stat().st_mtime_ns for p in root.iterdir()} == made  # loaded, not made again
+    np.save(root / "train-labels.npy", np.zeros(5, dtype=np.int64))
+    with pytest.raises(data.DataError, match="not the images this setting makes; delete"):
+        data.load(cfg)
+
+
+def test_a_user_network_trains_on_the_images_and_is_recorded(tmp_path):
+    cfg = data.resolve(TrainConfig(model="tests.tiny_models:tiny", image_size=16, data_dir=str(tmp_path / "d"),
+                                   output_dir=str(tmp_path / "o"), synthetic_train_size=640, synthetic_test_size=64,
+                                   epochs=2, workers=2, warmup_steps=2, log_every=100))
+    doc = reference.train(cfg)
+    assert doc["model"] == {"name": "tests.tiny_models:tiny", "parameters": 5_370, "gradient_bytes": 21_480,
+                            "image_size": 16, "channels": 3}
+    assert doc["epochs"][-1]["train_loss"] < min(2.2, doc["epochs"][0]["train_loss"])  # it learns: ln 10 ≈ 2.3
+    assert doc["overlap"] is None and doc["cpu_s_per_1k_samples"] > 0 and len(doc["peak_rss_bytes"]) == 1
+
+
+@pytest.mark.parametrize("name, needle", [
+    ("tests.no_such_module:tiny", "cannot import tests.no_such_module (ModuleNotFoundError"),
+    ("tests.tiny_models:missing", "tests.tiny_models has no callable 'missing'"),
+    ("tests.tiny_models:NOT_CALLABLE", "has no callable 'NOT_CALLABLE'"),
+    ("tests.tiny_models:not_a_module", "returned str, not a torch.nn.Module"),
+])
+def test_a_user_network_that_does_not_resolve_is_one_config_error(name, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        build(TrainConfig(model=name))

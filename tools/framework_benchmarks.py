@@ -1,0 +1,130 @@
+"""Held against the frameworks' own benchmarks: this project's Horovod arm beside Horovod's
+`examples/pytorch/pytorch_synthetic_benchmark.py`, and its native arm beside a plain DDP loop
+(tools/plain_ddp_benchmark.py), at the same model, batch, image size and threads, interleaved and paired.
+
+    python tools/framework_benchmarks.py --horovod-benchmark ~/horovod/examples/pytorch/pytorch_synthetic_benchmark.py \\
+        --models resnet18,resnet50 --rounds 3
+
+Horovod's script is not shipped with its package: take it from a clone of github.com/horovod/horovod (tag v0.28.1).
+It runs as written, so both sides take its shape: 3 x 224 x 224 images of 1000 classes, batch 32 per worker, plain
+SGD (no momentum) at 0.01 x the world size, one torch thread per worker (OMP_NUM_THREADS=1, which its script reads).
+Each figure is the median over a run's measured batches of total img/s: Horovod's script prints one rate per
+iteration of --batches-per-iter batches, this project's arms one per step (steady_samples_per_s). The project's arms
+also load each batch from a DataLoader over synthetic images, time every step and run the comm hook that times
+DDP's buckets; the table gives their data-loading share, so that what that costs is seen.
+"""
+
+import argparse
+import json
+import logging
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from analysis import stats
+from contract import cli, results
+from contract.config import ConfigError
+from launchers import arms
+
+log = logging.getLogger("tools.framework_benchmarks")
+ARMS = ("horovod: theirs", "horovod: ours", "native: plain DDP", "native: ours")
+PLAIN_DDP = Path(__file__).with_name("plain_ddp_benchmark.py")
+ITER = re.compile(r"Iter #\d+: ([\d.]+) img/sec per")
+
+
+def main() -> int:
+    parser = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--horovod-benchmark", type=Path, required=True,
+                        help="Horovod's examples/pytorch/pytorch_synthetic_benchmark.py")
+    parser.add_argument("--models", default="resnet18,resnet50", help="torchvision models (default: resnet18,resnet50)")
+    parser.add_argument("--rounds", type=int, default=3, help="paired rounds per model (default: 3)")
+    parser.add_argument("--workers", type=int, default=2, help="processes per run (default: 2)")
+    parser.add_argument("--warmup-batches", type=int, default=3, help="batches left out (default: 3)")
+    parser.add_argument("--batches-per-iter", type=int, default=4, help="batches per Horovod iteration (default: 4)")
+    parser.add_argument("--iters", type=int, default=5, help="Horovod iterations measured (default: 5)")
+    parser.add_argument("--output-dir", default="results/framework-benchmarks", help="where runs and the table go")
+    args = parser.parse_args()
+    if not args.horovod_benchmark.is_file():
+        raise ConfigError(f"--horovod-benchmark {args.horovod_benchmark} is not a file; take "
+                          "examples/pytorch/pytorch_synthetic_benchmark.py from a clone of github.com/horovod/horovod")
+    for name in ("rounds", "workers", "warmup_batches", "batches_per_iter", "iters"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer")
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not names or any(m not in ("resnet18", "resnet50", "vit_b_16") for m in names):
+        raise ConfigError(f"--models takes resnet18, resnet50 or vit_b_16, got {args.models!r}")
+    root = Path(args.output_dir).resolve()
+    found = {m: measure(m, args, root / m) for m in names}
+    results.write_json(root / "framework-benchmarks.json", found)
+    log.info("\n%s", table(found))
+    return 0
+
+
+def measure(model: str, args: argparse.Namespace, folder: Path) -> dict[str, object]:
+    """Every arm `args.rounds` times in a balanced order; the paired ratios ours ÷ theirs."""
+    figures: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    data_share: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    for round_, arm in stats.balanced_order(ARMS, args.rounds):
+        out = folder / f"{arm.replace(': ', '-').replace(' ', '-')}-r{round_}"
+        out.mkdir(parents=True, exist_ok=True)
+        rate, share = run(arm, model, args, out)
+        log.info("%s, round %d, %s: %.1f img/s", model, round_ + 1, arm, rate)
+        figures[arm].append(rate)
+        if share is not None:
+            data_share[arm].append(share)
+    answer = {"rounds": args.rounds, "img_per_s": figures}
+    for backend, theirs, ours in (("horovod", ARMS[0], ARMS[1]), ("native", ARMS[2], ARMS[3])):
+        estimate = stats.paired_ratio(figures[ours], figures[theirs])
+        answer[backend] = {"ratio": estimate.ratio, "ci95": list(estimate.ci95) if estimate.ci95 else None,
+                           "data_share": statistics.fmean(data_share[ours]) if data_share[ours] else None}
+    return answer
+
+
+def run(arm: str, model: str, args: argparse.Namespace, out: Path) -> tuple[float, float | None]:
+    """One run: its median total img/s over the measured batches, and the project's data-loading share."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **arms.TORCHRUN_ENV}
+    horovodrun = [str(Path(sys.executable).with_name("horovodrun")), "-np", str(args.workers), "--gloo", sys.executable]
+    torchrun = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node", str(args.workers)]
+    batches = ["--num-warmup-batches", str(args.warmup_batches), "--num-batches-per-iter", str(args.batches_per_iter),
+               "--num-iters", str(args.iters), "--model", model]
+    steps = args.warmup_batches + args.batches_per_iter * args.iters
+    ours = ["--model", model, "--image-size", "224", "--num-classes", "1000", "--momentum", "0", "--scale-lr",
+            "--epochs", "1", "--warmup-steps", str(args.warmup_batches), "--max-steps-per-epoch", str(steps),
+            "--synthetic-train-size", str(32 * args.workers * steps), "--synthetic-test-size", "32",
+            "--data-dir", str(out.parent.parent / "data"), "--output-dir", str(out), "--log-every", "1000"]
+    command = {
+        ARMS[0]: [*horovodrun, str(args.horovod_benchmark), "--no-cuda", *batches],
+        ARMS[1]: [*horovodrun, "-m", "horovod_ddp.train", *ours],
+        ARMS[2]: [*torchrun, str(PLAIN_DDP), *batches],
+        ARMS[3]: [*torchrun, "-m", "native_ddp.train", *ours],
+    }[arm]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    (out / "output.log").write_text(done.stdout + done.stderr)
+    if done.returncode:
+        raise RuntimeError(f"{arm} exited with {done.returncode}; see {out / 'output.log'}")
+    if arm.endswith("ours"):
+        doc = json.loads((out / results.FILENAME).read_text())
+        return doc["epochs"][-1]["samples_per_s_median"], doc["epochs"][-1]["data_share"]
+    return args.workers * statistics.median(float(v) for v in ITER.findall(done.stdout)), None
+
+
+def table(found: dict[str, dict[str, object]]) -> str:
+    lines = ["| model | arm | total img/s per round | ours ÷ theirs, paired (95 % CI) | ours' data-loading share |",
+             "|---|---|---|---|---|"]
+    for model, answer in found.items():
+        for backend, theirs, ours in (("horovod", ARMS[0], ARMS[1]), ("native", ARMS[2], ARMS[3])):
+            ratio = answer[backend]
+            interval = f"{ratio['ci95'][0]:.3f}–{ratio['ci95'][1]:.3f}" if ratio["ci95"] else "no interval"
+            share = f"{100 * ratio['data_share']:.1f} %" if ratio["data_share"] is not None else "—"
+            for arm in (theirs, ours):
+                rates = ", ".join(f"{v:.1f}" for v in answer["img_per_s"][arm])
+                cells = f"{ratio['ratio']:.3f} ({interval}) | {share}" if arm == ours else " | "
+                lines.append(f"| {model} | {arm} | {rates} | {cells} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    cli.run(main)
