@@ -2,7 +2,7 @@
 
 Ray forwards every worker's stdout and stderr to the driver, prefixed "(RayTrainWorker pid=…, ip=…)", coloured even
 when the output is not a terminal, and in batches, so a worker's last lines could arrive after the driver's summary.
-The project's workers log to stdout (contract/cli.py); what Ray, Ray Train, gloo and Horovod say in a worker goes
+The project's workers log to stdout (runtime/cli.py); what Ray, Ray Train, gloo and Horovod say in a worker goes
 to stderr (Python's logging and warnings, C++ glog). So, in the driver:
 
 - a worker's stdout line is logged as it is, without prefix or colour;
@@ -13,8 +13,9 @@ to stderr (Python's logging and warnings, C++ glog). So, in the driver:
   (a few seconds at most) before it goes on, so a run's last epoch line comes before its summary and before the next
   run's lines.
 
-Ray's dispatcher of forwarded lines is private (ray._private.worker, Ray 2.60): where it is missing, Ray prints as it
-always did, and only the driver's own records go to the file.
+Ray's dispatcher of forwarded lines is private (ray._private.worker, Ray 2.60), and Ray has no public way to receive
+them (ray.init takes only log_to_driver): where it is missing, Ray prints as it always did, and only the driver's own
+records go to the file.
 """
 
 import contextlib
@@ -25,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from contract import space
-from contract.worker_end import END
+from runtime import space
+from runtime.worker_end import END
 
 log = logging.getLogger(__name__)
 LOG = "ray.log"
@@ -110,12 +111,7 @@ class _Router:
         who = data.get("actor_name") or data.get("task_name") or ""
         daemon = data.get("pid") in ("autoscaler", "raylet")
         prefix = f"({data['pid']}) " if daemon and not who else f"({who} pid={data.get('pid')}, ip={data.get('ip')}) "
-        lines = data.get("lines", [])
-        if data.get("pid") == "autoscaler":  # its status every 5 s: only the events, as Ray itself prints them
-            from ray._private.worker import filter_autoscaler_events
-
-            lines = list(filter_autoscaler_events(lines))
-        for line in lines:
+        for line in data.get("lines", []):
             line = ANSI.sub("", line)
             if data.get("is_err") or daemon:
                 self.write(prefix + line + "\n")

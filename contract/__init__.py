@@ -1,1 +1,2 @@
-"""The torch-free contract every side imports: config, options, errors, files, preflight checks, CLI, results schema, phases, summary."""
+"""The torch-free contract every side imports: the config and the model registry, the options, the errors, the
+results schema, the phases of a run and its summary."""

@@ -1,4 +1,4 @@
-"""The errors every entry point turns into one line (contract/cli.py), and the rank that prints it.
+"""The errors every entry point turns into one line (runtime/cli.py), and the rank that prints it.
 
 Kept free of torch and Ray, so that `--help` and a refused flag answer at once: those are imported only when a
 run starts.

@@ -1,4 +1,5 @@
-"""The one result schema every backend and launcher writes: `<output-dir>/results.json`, by rank 0, at the end."""
+"""The one result schema every backend and launcher writes: `<output-dir>/results.json`, by rank 0, at the end
+(written atomically by runtime/space.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from contract import space
 from contract.config import TrainConfig
 
 SCHEMA_VERSION = 1
@@ -88,21 +88,6 @@ def validate(doc: dict[str, Any]) -> None:
         raise ValueError(f"results: final lacks {missing}")
     if len(doc["step_losses"]) != sum(e["steps"] for e in doc["epochs"]):
         raise ValueError("results: step_losses does not hold one loss per step")
-
-
-def write(output_dir: str | Path, doc: dict[str, Any]) -> Path:
-    """Write atomically, so a crash never leaves a half-written results.json for a finished-looking run."""
-    validate(doc)
-    write_json(Path(output_dir) / FILENAME, doc)
-    return Path(output_dir) / FILENAME
-
-
-def write_json(path: Path, doc: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Standard JSON only: a NaN or Infinity here would be a number no run produced, and strict parsers refuse it.
-    text = json.dumps(doc, indent=1, allow_nan=False)
-    with space.atomic_file(path, len(text.encode())) as temporary:
-        temporary.write_text(text)
 
 
 def read(path: str | Path) -> dict[str, Any]:

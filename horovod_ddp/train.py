@@ -8,7 +8,8 @@ python -m ray_jobs.train --backend horovod.
 
 import argparse
 
-from contract import cli, options, preflight, run_folder
+from contract import options
+from runtime import cli, preflight, run_folder
 
 # torch and Horovod are imported by the worker once the flags are good: --help and a refused flag answer at once.
 

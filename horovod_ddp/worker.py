@@ -10,9 +10,9 @@ import os
 from dataclasses import replace
 from typing import Any, NoReturn
 
-from contract import preflight
 from contract.config import TrainConfig
 from horovod_ddp.adapter import init, lost_peer, shutdown, train
+from runtime import preflight
 from workload import placement
 from workload.distributed import DistContext
 from workload.lifecycle import Framework, leave_without_teardown, run_rank
@@ -30,7 +30,7 @@ def ray_worker(config: dict[str, Any], restarts: int = 0) -> dict[str, Any] | No
         # Horovod: RayExecutor picks the interface from the workers' hostnames, and where they are all alike
         # (nodes simulated on one host) it picks loopback, which crosses no link; the interface the node names for
         # gloo, which DDP's gloo takes, wins, so that both backends talk over the same link. (Horovod 0.28.1's
-        # process-set device ignores this and resolves the hostname: cluster/netsim.py gives each node its own.)
+        # process-set device ignores this and resolves the hostname: experiments/netsim.py gives each node its own.)
         os.environ["HOROVOD_GLOO_IFACE"] = interface
     return run_rank(HOROVOD, "ray", cfg, lambda ctx, watchdog: train(ctx, cfg, "ray", watchdog, restarts))
 

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster.ray_cluster import RayRunOptions
-from contract import cli, options, phases
+from contract import options
 from contract.config import AA_SUFFIX, OWN_LAUNCHERS, ConfigError, TrainConfig
 from launchers import on_ray
+from launchers.ray_failures import RayRunOptions
+from runtime import cli, launch
 
 log = logging.getLogger(__name__)
 LAUNCHERS = ("ray", "torchrun", "mp.spawn", "horovodrun")
@@ -93,7 +94,7 @@ def run(arm: Arm, cfg: TrainConfig) -> dict[str, Any]:
         on_ray.launch(arm.backend, cfg, RayRunOptions())
     else:
         _run_command(arm, cfg)
-    return phases.finish(cfg.output_dir, start)
+    return launch.finish(cfg.output_dir, start)
 
 
 def command(arm: Arm, cfg: TrainConfig, *, restarts: int = 0, ray_options: RayRunOptions | None = None) -> list[str]:

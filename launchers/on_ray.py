@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from cluster import worker_output
-from cluster.ray_cluster import (RayRunOptions, check_address, check_local_capacity, connect, require, run_checkpoints,
-                                 user_error, worker_failure)
-from contract import preflight, stall_report
+from cluster.ray_cluster import check_address, check_local_capacity, connect, require
 from contract.config import ConfigError, TrainConfig
 from contract.errors import PeerLost
 from contract.options import check as check_options
+from launchers.ray_failures import RayRunOptions, run_checkpoints, user_error, worker_failure
+from runtime import heartbeats, preflight
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +55,14 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
         shutil.rmtree(cfg.checkpoint_dir, ignore_errors=True)
     try:
         doc = launch(backend, cfg, options)
-        stall_report.take(cfg.output_dir)  # a stall that a retry (--max-failures) got past leaves its line
+        heartbeats.take(cfg.output_dir)  # a stall that a retry (--max-failures) got past leaves its line
         if retry_only:
             shutil.rmtree(cfg.checkpoint_dir, ignore_errors=True)  # the run succeeded: nothing left to resume
         return doc
     except Exception as error:
         if (cause := user_error(error)) is not None:
             raise cause from None
-        if stalled := stall_report.take(cfg.output_dir):  # Ray names the rank that ended itself: the healthy one
+        if stalled := heartbeats.take(cfg.output_dir):  # Ray names the rank that ended itself: the healthy one
             raise PeerLost(f"{stalled}; {_resume_hint(backend, cfg, options)}") from None
         if (failure := worker_failure(error, options, _resume_hint(backend, cfg, options))) is not None:
             raise failure from None

@@ -7,10 +7,10 @@ would also move the native backend off Train V2; RayExecutor works with the pinn
 import logging
 from typing import Any
 
-from cluster.ray_cluster import RayRunOptions, user_error
 from contract.config import TrainConfig
 from horovod_ddp.adapter import import_horovod
 from horovod_ddp.worker import ray_worker
+from launchers.ray_failures import RayRunOptions, user_error
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 60
@@ -20,7 +20,7 @@ def run(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
     """Run `horovod_ddp.worker.ray_worker` on `cfg.workers` Ray workers; return rank 0's result.
 
     A failed attempt (a worker died, or lost its peer) is retried `max_failures` times from cfg.checkpoint_dir
-    (see cluster.run_checkpoints), as Ray Train's FailureConfig does for native DDP.
+    (see launchers.ray_failures.run_checkpoints), as Ray Train's FailureConfig does for native DDP.
     """
     import_horovod()  # a one-line error here, not an import failure inside every worker
     from horovod.ray import RayExecutor

@@ -5,9 +5,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from cluster.ray_cluster import RayRunOptions
 from contract import results
 from contract.config import TrainConfig
+from launchers.ray_failures import RayRunOptions
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def run(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
         ),
     )
     # Ray Train's own Ctrl-C handler aborts the run gracefully and exits 1 with no line, and stays installed after
-    # fit(): Ctrl-C is the command's to handle (contract/cli.py), as in every other launcher.
+    # fit(): Ctrl-C is the command's to handle (runtime/cli.py), as in every other launcher.
     trainer._register_sigint_handler = lambda controller: None
     try:
         trainer.fit()

@@ -16,7 +16,8 @@ import os
 import signal
 import socket
 
-from contract import cli, options, preflight, run_folder
+from contract import options
+from runtime import cli, preflight, run_folder
 from workload import data
 
 LAUNCHER = "mp.spawn"

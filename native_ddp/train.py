@@ -9,8 +9,9 @@ CPU, NCCL on GPU). On Ray, use python -m ray_jobs.train --backend native.
 import argparse
 import os
 
-from contract import cli, options, preflight, run_folder
+from contract import options
 from contract.config import ConfigError
+from runtime import cli, preflight, run_folder
 
 # torch is imported by the worker once the flags are good: --help and a refused flag answer at once.
 

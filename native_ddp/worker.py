@@ -17,11 +17,11 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from contract import cli, preflight
 from contract.config import TrainConfig
 from contract.errors import SPAWNED_ENV
 from contract.results import History
 from native_ddp.adapter import lost_peer, torch_all_reduce, train
+from runtime import cli, preflight
 from workload import checkpoint
 from workload.distributed import DistContext
 from workload.lifecycle import Framework, leave_without_teardown, run_rank
@@ -63,7 +63,7 @@ def train_func(config: dict[str, Any]) -> None:
 
     def body(ctx: DistContext, watchdog) -> None:
         # The newer of Ray's own checkpoint (a retry after --max-failures, or a rerun with the same --name) and the
-        # run's checkpoint folder (see cluster.ray_cluster.run_checkpoints): Ray may not have registered the last.
+        # run's checkpoint folder (see launchers.ray_failures.run_checkpoints): Ray may not have registered the last.
         states = [resume_state(cfg, "native", "ray")]
         if resume_from := ray.train.get_checkpoint():
             with resume_from.as_directory() as directory:

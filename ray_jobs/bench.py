@@ -22,10 +22,10 @@ from typing import Any
 
 from analysis import report, runs
 from analysis.speed import OWN_LAUNCHER_ARMS
-from contract import cli, preflight
 from contract.config import BACKENDS, ConfigError
 from launchers import arms
 from ray_jobs import orchestrator
+from runtime import cli, preflight
 
 log = logging.getLogger(__name__)
 STEADY_GOAL = 1 / 1.15

@@ -14,8 +14,8 @@ Writes results/<run-id>/: each run's results.json, comparison.json, report.md, l
 overhead.png. Exit code 1 when a run failed, or with --assert-parity when parity is FAIL.
 
 This module reads the flags and picks the path: one comparison (ray_jobs/orchestrator.py), the tuning grid
-(ray_jobs/grid.py), or the link sweep on a simulated cluster (ray_jobs/link_sweep.py, cluster/netsim.py); analysis/
-renders what they write.
+(ray_jobs/grid.py), or the link sweep on a simulated cluster (experiments/link_sweep.py, experiments/netsim.py);
+analysis/ renders what they write.
 """
 
 import argparse
@@ -27,12 +27,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from analysis import regime, report, runs, tuning
-from cluster import netsim
-from contract import cli, preflight
+from analysis import report, runs, tuning
+from contract import models
 from contract.config import BACKENDS, ConfigError, TrainConfig
+from experiments import link_sweep, netsim, regime
 from launchers import arms
-from ray_jobs import grid, link_sweep, orchestrator
+from ray_jobs import grid, orchestrator
+from runtime import cli, preflight
 
 log = logging.getLogger(__name__)
 DEFAULT_BUDGET_MIN = 30.0
@@ -40,7 +41,7 @@ DEFAULT_BUDGET_MIN = 30.0
 
 def main() -> int:
     # No abbreviated flags: the link sweep passes the user's flags on to the driver in node 0 without its own, which
-    # it must recognise by their full names (ray_jobs/link_sweep.py).
+    # it must recognise by their full names (experiments/link_sweep.py).
     parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.compare", allow_abbrev=False,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", default=orchestrator.DEFAULT_WORKERS,
@@ -176,9 +177,14 @@ def simulate(args: argparse.Namespace, base: TrainConfig, workers: list[int], ba
 
 
 def render_sweep(sweep_dir: str | Path) -> str:
-    from workload import model  # torch, to count the network's parameters: only when a sweep's report is rendered
+    return regime.render(sweep_dir, model_size)
 
-    return regime.render(sweep_dir, model.size)
+
+def model_size(key: int | str) -> dict[str, int]:
+    """The ConvNet at a width, or a registry model by name: its parameters and float32 gradient bytes."""
+    width, name = (key, "convnet") if isinstance(key, int) else (1, key)
+    return {"parameters": models.parameters(name, width=width),
+            "gradient_bytes": models.gradient_bytes(name, width=width)}
 
 
 def outcome(comparisons: list[dict[str, Any]], assert_parity: bool) -> int:

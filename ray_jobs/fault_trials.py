@@ -32,11 +32,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cluster.ray_cluster import RayRunOptions
-from contract import cli, preflight, results
+from contract import results
 from contract.config import ConfigError, TrainConfig
 from launchers import arms
 from launchers.arms import Arm
+from launchers.ray_failures import RayRunOptions
+from runtime import cli, preflight, space
 from workload import data, faults
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ def main() -> int:
             log.info("%s trial %d: %s", name, index, "survived" if survived(trial) else f"FAILED ({trial.note})")
             trials.append(trial)
     table = survival_table(trials, names, args.kill)
-    results.write_json(root / "fault_trials.json", {"kill": args.kill, "trials": [asdict(t) for t in trials]})
+    space.write_json(root / "fault_trials.json", {"kill": args.kill, "trials": [asdict(t) for t in trials]})
     log.info("%s\n\ntrials: %s", table, root / "fault_trials.json")
     return 0 if all(survived(t) for t in trials) else 1
 

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from analysis import report, tuning
-from contract import cli, models, results
+from contract import models
 from contract.config import COMPRESSIONS, ConfigError, TrainConfig
 from ray_jobs import orchestrator
+from runtime import cli, space
 
 log = logging.getLogger(__name__)
 OPTIONS = ("model", "bucket_mb", "compression", "model_width", "cycle_time_ms", "gradient_as_bucket_view")
@@ -137,10 +138,10 @@ def run(base: TrainConfig, grid: list[dict[str, Any]], workers: list[int], backe
     record = {"schema_version": tuning.SCHEMA_VERSION, "grid_id": grid_dir.name, "varied": varied,
               "settings": [{"folder": f, **s} for f, s in zip(folders, grid)], "workers": workers,
               "repeats": kwargs.get("repeats", 1)}
-    results.write_json(grid_dir / tuning.GRID, record)
+    space.write_json(grid_dir / tuning.GRID, record)
     if set(varied) - {"model", "model_width"} and set(backends) == {"native", "horovod"}:
         record["best"] = best_against_best(record, configs, workers, backends, grid_dir, kwargs)
-        results.write_json(grid_dir / tuning.GRID, record)
+        space.write_json(grid_dir / tuning.GRID, record)
     tuning.render(grid_dir)
     return grid_dir
 

@@ -16,11 +16,13 @@ from typing import Any
 from analysis import parity, speed, stats
 from analysis.runs import COMPARISON
 from cluster import worker_output
-from cluster.ray_cluster import check_address, check_local_capacity, connect, require, user_error
-from contract import models, options, preflight, results
+from cluster.ray_cluster import check_address, check_local_capacity, connect, require
+from contract import models, options, results
 from contract.config import BACKENDS, ConfigError, TrainConfig
 from launchers import arms
 from launchers.arms import Arm
+from launchers.ray_failures import user_error
+from runtime import preflight, space
 from workload import data, tracing
 
 log = logging.getLogger(__name__)
@@ -86,7 +88,7 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
             aa: bool = False, target_ci: float = 0.0, budget_s: float = 0.0,
             reuse_references: Path | None = None, per_backend: dict[str, dict[str, Any]] | None = None) -> Path:
     """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
-    folder. `network`: the simulated link the runs cross (ray_jobs/link_sweep.py), recorded with every run. `aa`:
+    folder. `network`: the simulated link the runs cross (experiments/link_sweep.py), recorded with every run. `aa`:
     every distributed arm also runs against its A/A twin, interleaved alike, for the noise floor. `target_ci` (0.05:
     ±5 %): the `repeats` rounds are a pilot, and Stein's two-stage procedure adds the rounds its spread says
     native ÷ Horovod needs for that half-width, as many as `budget_s` (from the start of the first run) allows.
@@ -194,7 +196,7 @@ def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Pa
         "noise_floor_cpu": cost_noise,
         "model": model_record(base, records),
     }
-    results.write_json(run_dir / COMPARISON, comparison)
+    space.write_json(run_dir / COMPARISON, comparison)
     return run_dir
 
 
@@ -222,7 +224,7 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path, net
         if network:
             # The driver knows the link the workers crossed; the workers do not.
             doc["network"] = network
-            results.write(cfg.output_dir, doc)
+            space.write_results(cfg.output_dir, doc)
         log.info("%s: done, %.0f samples/s (steady), test accuracy %.2f%%, %.1f s end to end, +%.0f s", what,
                  doc["epochs"][-1]["samples_per_s_median"], 100 * doc["final"]["test_accuracy"],
                  doc["end_to_end_s"], time.monotonic() - started)

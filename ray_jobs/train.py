@@ -9,10 +9,11 @@ cluster started with ray start on this machine, else starts a Ray of its own for
 
 import argparse
 
-from cluster.ray_cluster import RayRunOptions
-from contract import cli, run_folder, summary
+from contract import summary
 from contract.config import BACKENDS
 from launchers import on_ray
+from launchers.ray_failures import RayRunOptions
+from runtime import cli, launch, run_folder
 
 # torch and Ray are imported where a run needs them, not here: `--help` and a refused flag answer at once.
 
@@ -26,13 +27,11 @@ def main() -> int:
     parser.add_argument("--storage-path", help="where Ray keeps checkpoints (default: ~/ray_results)")
     parser.add_argument("--max-failures", type=int, default=0, help="restarts after a worker failure (default: 0)")
     args = parser.parse_args()
-    from contract import phases
-
-    start = phases.process_started()  # end to end, as the user waits: the process's start, imports included
+    start = launch.process_started()  # end to end, as the user waits: the process's start, imports included
     cfg = cli.config_from_args(args, output_dir=run_folder.resolve(args.output_dir, args.backend, "ray"))
     options = RayRunOptions(name=args.name, storage_path=args.storage_path, max_failures=args.max_failures)
     doc = on_ray.run(args.backend, cfg, options)
-    doc = phases.finish(doc["config"]["output_dir"], start)
+    doc = launch.finish(doc["config"]["output_dir"], start)
     summary.announce(doc)
     return 0
 

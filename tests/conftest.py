@@ -1,5 +1,6 @@
 """Shared fixtures: synthetic data made once per session, and one real local Ray cluster for every Ray test."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.ray_cluster import free_port
+from cluster import own_ray
+from cluster.own_ray import free_port
 from contract.config import TrainConfig
 from workload import data
 
@@ -104,35 +106,39 @@ class RayCluster:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory):
-    """A real `ray start --head` on 127.0.0.1 with free ports (4 logical CPUs, like Ray's ray_start_4_cpus);
-    this process joins it as a driver, and `ray job submit` tests submit to it. Stopped even when tests fail."""
+def ray_cluster():
+    """A real `ray start --head` on 127.0.0.1 with free ports (4 logical CPUs, like Ray's ray_start_4_cpus), started
+    as a command starts a Ray of its own (cluster/own_ray.py), without authentication; this process joins it as a
+    driver, and `ray job submit` tests submit to it. Stopped even when tests fail."""
     import ray
 
-    port, dashboard_port = free_port(), free_port()
-    temp_dir = tmp_path_factory.mktemp("ray")
     # A throwaway loopback cluster: no token to share between `ray start`, this driver and `ray job submit`.
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0"}
+    cluster = own_ray.OwnRay(env={"RAY_USAGE_STATS_ENABLED": "0"}, flags=("--num-cpus=4", "--num-gpus=0"),
+                             prefix="ray-test-")
     try:
-        subprocess.run(
-            [str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=4",
-             "--num-gpus=0", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-             f"--temp-dir={temp_dir}"],
-            check=True, env=env, capture_output=True, text=True, timeout=180,
-        )
-        ray.init(address=f"127.0.0.1:{port}", log_to_driver=True)
-        yield RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}")
+        cluster.wait_started()
+        ray.init(address=cluster.address, log_to_driver=True)
+        yield RayCluster(cluster.address, cluster.dashboard)
     finally:
         ray.shutdown()
-        stop_ray(temp_dir)
+        cluster.stop()
 
 
 def stop_ray(temp_dir: Path) -> None:
-    """Stop the Ray that `ray start --temp-dir temp_dir` started, by PID: `ray stop` stops every Ray on the host."""
-    from cluster.ray_cluster import stop_processes
+    """Stop a Ray that `ray start --temp-dir temp_dir` (or ray.init) started, by PID: `ray stop` stops every Ray on the
+    host. Its daemons name the folder on their command lines; its workers and agents are their children."""
+    import psutil
 
-    stop_processes(temp_dir)
+    own = [p for p in psutil.process_iter(["cmdline"]) if any(f"{temp_dir}" in arg for arg in p.info["cmdline"] or [])]
+    family = {p.pid: p for p in own}
+    for process in own:
+        with contextlib.suppress(psutil.Error):
+            family.update({child.pid: child for child in process.children(recursive=True)})
+    for process in family.values():
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(list(family.values()), timeout=10)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:

@@ -24,11 +24,11 @@ import native_ddp.train
 import native_ddp.spawn
 import ray_jobs.compare
 import ray_jobs.train
-from cluster import ray_cluster
-from contract import cli
+from cluster import own_ray, ray_cluster
 from contract.config import TrainConfig
 from contract.results import History
 from launchers import arms
+from runtime import cli
 from tests.conftest import BIN, data_flags, free_port, run_command, run_module
 from workload import checkpoint
 from workload.model import ConvNet
@@ -302,7 +302,7 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
     elif env == "no-horovodrun":
         monkeypatch.setattr(arms, "_executable", lambda name: None)
     elif env == "no-recorded-cluster":  # whatever other tests left in /tmp/ray: this run would start its own Ray
-        monkeypatch.setattr(ray_cluster, "_starts_a_local_ray", lambda: True)
+        monkeypatch.setattr(ray_cluster, "starts_own_ray", lambda: True)
     elif env == "stale-record":  # a `ray start` cluster recorded where ray.init looks, and gone since
         ray_tmp = tmp_path_factory.mktemp("tmp")
         write_file(ray_tmp / "ray" / "ray_current_cluster", f"127.0.0.1:{free_port()}".encode())
@@ -322,18 +322,13 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
 
 def read_only_home(home: Path, monkeypatch, request) -> None:
     """HOME on a read-only filesystem, no Ray token anywhere else, and no cluster to join: a local start's case."""
-    from ray._private.authentication.authentication_token_setup import AuthenticationTokenLoader
-
     home.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=16k", "tmpfs", str(home)], check=True)
     request.addfinalizer(lambda: subprocess.run(["umount", str(home)], check=True))
     monkeypatch.setenv("HOME", str(home))
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(ray_cluster, "_starts_a_local_ray", lambda: True)
-    loader = AuthenticationTokenLoader.instance()  # it caches the token it found: look again, here and after
-    loader.reset_cache()
-    request.addfinalizer(loader.reset_cache)
+    monkeypatch.setattr(ray_cluster, "starts_own_ray", lambda: True)
 
 
 def test_asking_for_the_token_leaves_ray_s_token_cache_as_it_was(tmp_path, monkeypatch, request):
@@ -348,7 +343,7 @@ def test_asking_for_the_token_leaves_ray_s_token_cache_as_it_was(tmp_path, monke
     loader = AuthenticationTokenLoader.instance()
     loader.reset_cache()
     request.addfinalizer(loader.reset_cache)
-    ray_cluster.check_token_folder()
+    own_ray.check_token_folder()
     (tmp_path / ".ray" / "auth_token").unlink()
     assert not loader.has_token(ignore_auth_mode=True)  # read again, not kept from the check
 
@@ -412,7 +407,7 @@ def test_under_torchrun_a_bad_flag_is_one_line(tmp_path):
 @pytest.mark.cluster
 def test_torchrun_restarts_say_a_repeated_failure_once(base_cfg, tmp_path):
     # torchrun restarts every failed attempt (here twice): the last attempt, which it does not restart, says it. A
-    # divergence takes the same path (contract/cli.py), only later in each attempt.
+    # divergence takes the same path (runtime/cli.py), only later in each attempt.
     result = run_command([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
                           "-m", "native_ddp.train", *data_flags(base_cfg), "--output-dir", str(tmp_path / "out"),
                           "--lr", "1e308"], env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, timeout=240)
@@ -444,19 +439,24 @@ def test_under_horovodrun_a_checkpoint_of_another_run_is_refused_by_every_rank(t
 
 
 def test_a_local_ray_that_does_not_start_is_one_line_exit_1_and_leaves_no_folder(ws, monkeypatch, capsys):
-    """What Ray 2.60 raises when its raylet does not register within 30 s (seen with --workers 3 on a loaded
-    2-core machine): a bare Exception, once a traceback."""
+    """`ray start` that gives up (seen: its raylet not registering within 30 s, --workers 3 on a loaded 2-core
+    machine): a traceback once, from ray.init's bare Exception."""
     import ray
 
     made = []
+    real = own_ray.OwnRay.__init__
 
-    def timed_out(*args, _temp_dir: str, **kwargs):
-        made.append(Path(_temp_dir))
-        raise Exception("The current node timed out during startup. This could happen because some of the raylet "
-                        "failed to startup or the GCS has become overloaded.")
+    def recorded(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(self.folder)
 
-    monkeypatch.setattr(ray_cluster, "_starts_a_local_ray", lambda: True)
-    monkeypatch.setattr(ray, "init", timed_out)
+    fails = ws / "ray"
+    fails.write_text("#!/bin/sh\necho 'The current node timed out during startup.'\nexit 1\n")
+    fails.chmod(0o755)
+    monkeypatch.setattr(own_ray, "program", lambda: str(fails))
+    monkeypatch.setattr(own_ray.OwnRay, "__init__", recorded)
+    monkeypatch.setattr(ray_cluster, "starts_own_ray", lambda: True)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # what the start sets for its own Ray goes with the test
     monkeypatch.setattr(ray, "is_initialized", lambda: False)  # whether or not this process joined the test cluster
     # The start cut short is shut down; the real shutdown would drop this process's link to the test cluster.
     shutdowns = []

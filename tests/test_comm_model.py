@@ -1,16 +1,16 @@
-"""The communication model and `ray_jobs.predict` (analysis/comm_model.py, analysis/prediction.py): fitted to sweeps
-written here from known constants, so every figure it must recover is known. No process trains, no cluster starts."""
+"""The communication model and `experiments.predict` (experiments/comm_model.py, experiments/prediction.py): fitted
+to sweeps written here from known constants, so every figure it must recover is known. No process trains, no cluster starts."""
 
+import dataclasses
 import json
 import math
 
 import numpy as np
 import pytest
 
-from analysis import comm_model, prediction
-from analysis.comm_model import Constants, Gradient
-from cluster import netsim
 from contract.config import BACKENDS, ConfigError
+from experiments import comm_model, netsim, prediction
+from experiments.comm_model import Constants, Gradient
 from tests.conftest import run_module
 from workload import model
 
@@ -29,7 +29,7 @@ def gradient(width: int, bucket_mb: float = 0.0) -> Gradient:
 
 def _step(backend: str, width: int, nodes: int, bits: float | None) -> tuple[float, float]:
     """The step time and the waited share the model says, for sweeps made of known constants (on simulated links,
-    token bucket included, as ray_jobs.predict reads them)."""
+    token bucket included, as experiments.predict reads them)."""
     x = comm_model.features(backend, gradient(width), 0.0, nodes, bits, netsim.burst_bytes(bits) if bits else 0)
     waited = comm_model.waited(TRUE[backend], x, COMPUTE[width])
     return COMPUTE[width] + waited, waited / (COMPUTE[width] + waited)
@@ -127,11 +127,29 @@ def test_the_overlap_is_found_where_the_runs_tell_it_apart(tmp_path):
     assert got.alpha_s == pytest.approx(0.004, rel=1e-6) and got.link_efficiency == pytest.approx(0.8, rel=1e-6)
 
 
+def test_the_overlap_the_runs_measured_is_fitted_with_the_averaging_alone(tmp_path):
+    """Runs that measured their averaging alone and their wait after backward (results.json's overlap): α, η and h
+    from the first, ω from what backward hid of it, whatever the sweep's widths or models."""
+    sweep = _sweep(tmp_path / "two", 2, RATES_2, [1, 2, 4])
+    found, _ = comm_model.points([str(sweep)], gradient, netsim.burst_bytes)
+    true = Constants(alpha_s=0.004, link_efficiency=0.8, host_s_per_byte=2e-8, overlap=0.25)
+    measured = []
+    for p in (p for p in found if p.backend == "native"):
+        alone = float(comm_model.features("native", gradient(p.width), 0.0, 2, p.bits_per_s, p.burst)
+                      @ true.theta())
+        exposed = comm_model.waited(true, comm_model.features("native", gradient(p.width), 0.0, 2, p.bits_per_s,
+                                                              p.burst), p.compute_s)
+        measured.append(dataclasses.replace(p, alone_s=alone, exposed_s=exposed))
+    got = comm_model.fit("native", measured, gradient).constants
+    assert got.overlap == pytest.approx(0.25, rel=1e-6)
+    assert got.alpha_s == pytest.approx(0.004, rel=1e-6) and got.host_s_per_byte == pytest.approx(2e-8, rel=1e-6)
+
+
 def test_predict_validates_on_more_nodes_and_writes_its_three_files(tmp_path):
     two = _sweep(tmp_path / "two", 2, RATES_2, [1, 2, 4])
     three = _sweep(tmp_path / "three", 3, {"10mbit": 10e6, "20mbit": 20e6}, [1, 4], repeats=1)
     four = _sweep(tmp_path / "four", 4, {"10mbit": 10e6}, [2], repeats=1)
-    done = run_module("ray_jobs.predict", str(two), str(three), str(four), "--nodes", "2,8,64",
+    done = run_module("experiments.predict", str(two), str(three), str(four), "--nodes", "2,8,64",
                       "--model-width", "1,8", "--gradient-mb", "100")
     assert done.returncode == 0, done.stderr
     assert {p.name for p in two.glob("prediction.*")} == {"prediction.json", "prediction.md", "prediction.png"}
@@ -170,7 +188,7 @@ def test_predict_validates_on_more_nodes_and_writes_its_three_files(tmp_path):
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, says):
     two = _sweep(tmp_path / "two", 2, {"10mbit": 10e6, "unshaped": None}, [1], repeats=1)
     before = sorted(p.name for p in two.rglob("*"))
-    done = run_module("ray_jobs.predict", *(a.format(two=two, missing=tmp_path / "nope") for a in args))
+    done = run_module("experiments.predict", *(a.format(two=two, missing=tmp_path / "nope") for a in args))
     assert done.returncode == 2 and says in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert sorted(p.name for p in two.rglob("*")) == before

@@ -1,5 +1,5 @@
-"""The elastic trials: what a run's timeline says (analysis/elastic.py), how an elastic rank cuts the data
-(workload/elastic.py), and the refusals of `python -m ray_jobs.elastic_trials`. The trials themselves (three
+"""The elastic trials: what a run's timeline says (experiments/elastic_report.py), how an elastic rank cuts the data
+(workload/elastic.py), and the refusals of `python -m experiments.elastic_trials`. The trials themselves (three
 frameworks on the simulated cluster, half an hour) are a benchmark, run by hand; their figures are in the README."""
 
 import json
@@ -11,9 +11,8 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from analysis import elastic
 from contract.config import ConfigError, TrainConfig
-from ray_jobs import elastic_trials
+from experiments import elastic_report as elastic, elastic_trials
 from workload import elastic as rank
 
 
@@ -146,7 +145,7 @@ def test_without_the_simulated_cluster_it_refuses_before_creating_anything(monke
 
 
 def test_a_refusal_on_the_command_line_is_one_line_and_exit_2(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "ray_jobs.elastic_trials", "--min-workers", "0", "--output-dir",
+    done = subprocess.run([sys.executable, "-m", "experiments.elastic_trials", "--min-workers", "0", "--output-dir",
                            str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", "error: --min-workers must be >= 1 (a run of no "
                                                                   "worker trains nothing), got 0\n")

@@ -1,5 +1,6 @@
-"""tools/elastic_probe.py's refusals. What a trial's timeline says is analysis/elastic.py's (tests/test_elastic.py);
-the trials themselves (three frameworks on the simulated cluster, minutes each) are a benchmark, run by hand."""
+"""experiments/elastic_probe.py's refusals. What a trial's timeline says is experiments/elastic_report.py's
+(tests/test_elastic.py); the trials themselves (three frameworks on the simulated cluster, minutes each) are a
+benchmark, run by hand."""
 
 import subprocess
 import sys
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "elastic_probe.py"
+TOOL = Path(__file__).resolve().parents[1] / "experiments" / "elastic_probe.py"
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from cluster import worker_output
-from contract import cli, results
+from contract import results
 from contract.errors import RunFailed
 from contract.results import History
+from runtime import cli, space
 from tests.test_bad_input import ENTRY_POINTS, SYNTHETIC, tree
 from workload import checkpoint
 from workload.model import ConvNet
@@ -59,7 +60,7 @@ def test_an_output_folder_without_room_is_refused_before_anything_starts(entry, 
 
 def test_results_that_find_the_disk_full_are_one_line_and_leave_nothing(tiny_disk):
     with pytest.raises(RunFailed, match=rf"no space left in {tiny_disk}: results.json needs 17.\d kB;"):
-        results.write_json(tiny_disk / results.FILENAME, {"losses": [0.125] * 2000})
+        space.write_json(tiny_disk / results.FILENAME, {"losses": [0.125] * 2000})
     assert sorted(p.name for p in tiny_disk.iterdir()) == ["ballast"]
 
 

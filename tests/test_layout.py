@@ -7,22 +7,27 @@ from pathlib import Path
 
 import pytest
 
-from contract.cli import PROJECT_LOGGERS
+from runtime.cli import PROJECT_LOGGERS
 from tests.conftest import REPO
 
 MAY_IMPORT = {
     "contract": set(),
-    "analysis": {"contract"},
-    "workload": {"contract"},
-    "native_ddp": {"contract", "workload"},
-    "horovod_ddp": {"contract", "workload"},
-    "cluster": {"contract", "workload"},
-    "launchers": {"contract", "workload", "native_ddp", "horovod_ddp", "cluster"},
-    "ray_jobs": {"contract", "workload", "native_ddp", "horovod_ddp", "cluster", "launchers", "analysis"},
+    "runtime": {"contract"},
+    "analysis": {"contract", "runtime"},
+    "workload": {"contract", "runtime"},
+    "native_ddp": {"contract", "runtime", "workload"},
+    "horovod_ddp": {"contract", "runtime", "workload"},
+    "cluster": {"contract", "runtime", "workload"},
+    "launchers": {"contract", "runtime", "workload", "native_ddp", "horovod_ddp", "cluster"},
+    "experiments": {"contract", "runtime", "workload", "native_ddp", "horovod_ddp", "cluster", "launchers",
+                    "analysis"},
+    "ray_jobs": {"contract", "runtime", "workload", "native_ddp", "horovod_ddp", "cluster", "launchers", "analysis",
+                 "experiments"},
 }
-"""The packages each package may import besides itself: the torch-free contract ← workload ← the backends ←
-the cluster parts and launchers ← the commands; the analysis imports the contract alone."""
-TORCH_FREE = ("contract", "analysis")
+"""The packages each package may import besides itself: the torch-free contract ← what every process runs by ←
+workload ← the backends ← the cluster parts and launchers ← the experiments ← the commands; the analysis imports
+the contract and the runtime alone."""
+TORCH_FREE = ("contract", "runtime", "analysis")
 HEAVY = ("torch", "torchvision", "ray", "horovod")
 
 

@@ -5,8 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from cluster.ray_cluster import RayRunOptions
 from launchers.on_ray import run
+from launchers.ray_failures import RayRunOptions
 from tests.conftest import assert_one_line_error, data_flags, dump, free_port, read_results, run_module
 
 pytestmark = pytest.mark.cluster

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import regime
-from cluster import netsim
 from contract.config import ConfigError
-from ray_jobs import link_sweep, orchestrator
+from experiments import link_sweep, netsim, regime
+from ray_jobs import orchestrator
 from tests.conftest import REPO, assert_one_line_error, data_flags, run_module
 from workload import model
 

@@ -6,11 +6,11 @@ import sys
 
 import pytest
 
-from contract import phases, run_folder
+from runtime import launch, run_folder
 from tests.conftest import BIN, REPO, data_flags, read_results, run_module
 
 # What a launcher's rank would compute, printed by a child of a process whose command line names the launcher.
-CHILD = ("import os; from contract.run_folder import DEFAULT, resolve; "
+CHILD = ("import os; from runtime.run_folder import DEFAULT, resolve; "
          "print(resolve(DEFAULT, 'horovod', 'horovodrun'), os.getppid(), os.getpid())")
 PARENT = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {CHILD!r}], check=True)"
 
@@ -35,7 +35,7 @@ def test_every_rank_under_one_launcher_names_the_launcher_s_folder(tmp_path):
 
 
 def test_a_launcher_is_what_a_process_runs_not_what_its_command_text_mentions():
-    assert [phases.program(cmdline) for cmdline in (
+    assert [launch.program(cmdline) for cmdline in (
         ["/v/bin/python3", "/v/bin/horovodrun", "-np", "2", "python", "-m", "horovod_ddp.train"],
         ["/v/bin/python", "-u", "/v/bin/torchrun", "--standalone"],
         ["python3.11", "-m", "torch.distributed.run", "x.py"],

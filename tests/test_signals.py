@@ -111,7 +111,8 @@ def test_a_signal_while_its_ray_starts_is_one_line_and_leaves_no_ray(base_cfg, t
 
 @pytest.mark.cluster
 def test_a_driver_killed_with_sigkill_leaves_no_ray_behind(base_cfg, tmp_path):
-    """SIGKILL runs nothing of the command's: its reaper (cluster/reaper.py) stops its Ray and removes the folder."""
+    """SIGKILL runs nothing of the command's: its Ray's session, which reads a pipe the command held, ends itself and
+    removes the folder (cluster/own_ray.py)."""
     before = _private_rays()
     run = _training_on_its_own_ray(base_cfg, tmp_path)
     run.kill()
@@ -142,7 +143,7 @@ def test_an_interrupted_comparison_says_which_runs_had_finished(base_cfg, tmp_pa
 
 def _command(main_body: str) -> subprocess.Popen:
     """A command built as the entry points are (`cli.run(main)`, main defined in __main__), its main's body given."""
-    code = "\n".join(["import atexit, os, signal, time", "from contract import cli", "def main():",
+    code = "\n".join(["import atexit, os, signal, time", "from runtime import cli", "def main():",
                       *(f"    {line}" for line in main_body.strip().splitlines()), "cli.run(main)"])
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -205,49 +206,71 @@ atexit.register(teardown)
     assert err == f"error: {name} arrived while the command was stopping, its work done; what it wrote stands\n"
 
 
-def test_stopping_a_private_ray_finds_its_processes_by_their_temporary_folder(tmp_path):
-    """Ray rewrites its agents' command lines (`ray::DashboardAgent`): a stop during the start left two of them with
-    parent 1 for about 60 s, 5 tries of 5. They keep the TMPDIR the private Ray was started with."""
-    from cluster.ray_cluster import stop_processes
+def test_stopping_a_private_ray_ends_every_process_of_its_session_and_no_other(tmp_path, monkeypatch):
+    """Ray's workers make process groups of their own, and Ray rewrites its agents' command lines
+    (`ray::DashboardAgent`): a stop by process group or by command line left two agents with parent 1 for about 60 s,
+    5 tries of 5. The session they all share is what the stop ends."""
+    from cluster import own_ray
 
-    agent = subprocess.Popen(["sleep", "600"], env={**os.environ, "TMPDIR": str(tmp_path)})
+    fake = tmp_path / "ray"  # a `ray start` whose "worker" leaves its process group, as Ray's do
+    worker = "import os, time; os.setpgrp(); print(os.getpid(), flush=True); time.sleep(600)"
+    fake.write_text(f"#!/bin/sh\npython3 -c '{worker}' >{tmp_path}/worker &\necho '{own_ray.STARTED}'\nwait\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(own_ray, "program", lambda: str(fake))
     bystander = subprocess.Popen(["sleep", "600"])
+    own = own_ray.OwnRay(prefix="ray-test-")
     try:
-        stop_processes(tmp_path)
-        assert agent.wait(timeout=30) is not None and bystander.poll() is None
+        own.wait_started()
+        deadline = time.monotonic() + 30
+        while not ((tmp_path / "worker").exists() and (tmp_path / "worker").read_text().strip()):  # an event
+            assert time.monotonic() < deadline, "no worker within 30 s"
+            time.sleep(0.05)
+        worker = int((tmp_path / "worker").read_text())
+        assert os.getpgid(worker) == worker and os.getsid(worker) == own.session.pid
+        own.stop()
+        assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
+        assert bystander.poll() is None and not own.folder.exists()
     finally:
-        agent.kill()
         bystander.kill()
+        own.stop()
 
 
 @pytest.mark.parametrize("signum, code, line", SIGNALS, ids=["ctrl-c", "sigterm"])
 def test_a_signal_while_ray_init_waits_in_c_ends_the_command_and_its_ray(tmp_path, signum, code, line):
     """ray.init waits in C++ on its GCS, where no Python handler runs: ~30 s when the signal had ended that GCS too
-    (`timeout` and Ctrl-C signal the whole process group). The main thread here waits with both signals blocked, as
-    there; the private Ray is a process started with its folder as TMPDIR, as Ray's agents are."""
-    folder = tmp_path / "ray"
-    folder.mkdir()
+    (`timeout` and Ctrl-C signal the whole process group). Here ray.init waits in C (a sleep, its thread deaf to
+    both signals) beside the command's own Ray (a `ray start` whose agent is a sleep in that Ray's session)."""
+    fake = tmp_path / "ray"
+    fake.write_text(f"#!/bin/sh\nsleep 600 &\necho $! >{tmp_path}/agent\necho 'Ray runtime started'\nwait\n")
+    fake.chmod(0o755)
     command = _command(f"""
-import subprocess
-from cluster import ray_cluster
-ray_cluster._private_ray = {str(folder)!r}
-agent = subprocess.Popen(["sleep", "600"], env={{**os.environ, "TMPDIR": ray_cluster._private_ray}})
-with ray_cluster._sigterm_stays_ours():
+import atexit, types
+from cluster import own_ray, ray_cluster
+own_ray.program = lambda: {str(fake)!r}
+own = own_ray.OwnRay()
+atexit.register(ray_cluster._stop_own, own)
+own.wait_started()
+print(own.folder)
+
+def init(*args, **kwargs):
     signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM, signal.SIGINT}})
-    print(agent.pid)
     time.sleep(600)
+
+ray_cluster._init(types.SimpleNamespace(init=init), None, {{}})
 """)
-    agent = 0
+    agent, folder = 0, None
     try:
         assert select.select([command.stdout], [], [], 60)[0], "not ready within 60 s"
-        agent = int(command.stdout.readline())
+        folder = command.stdout.readline().strip()
+        agent = int((tmp_path / "agent").read_text())
+        time.sleep(0.5)  # in ray.init's wait
         command.send_signal(signum)
-        _, err = command.communicate(timeout=60)  # without the watcher: 600 s
+        _, err = command.communicate(timeout=60)  # without the thread: 600 s
     finally:
         command.kill()
         if agent:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(agent, signal.SIGKILL)
     assert (command.returncode, err.strip()) == (code, line)
-    assert not folder.exists()
+    assert folder and not os.path.exists(folder)
     assert not psutil.pid_exists(agent) or psutil.Process(agent).status() == psutil.STATUS_ZOMBIE

@@ -1,52 +1,52 @@
-"""Which rank stalled, from the ranks' heartbeats (contract/stall_report.py): no process, no cluster."""
+"""Which rank stalled, from the ranks' heartbeats (runtime/heartbeats.py): no process, no cluster."""
 
 import os
 import time
 from pathlib import Path
 
-from contract import stall_report
+from runtime import heartbeats
 from workload.watchdog import Watchdog
 
 
 def _beat(out, rank: int, age_s: float) -> None:
-    stall_report.beat(str(out), rank, make=True)
+    heartbeats.beat(str(out), rank, make=True)
     then = time.time() - age_s
-    os.utime(stall_report.folder(str(out)) / f"rank{rank}", (then, then))
+    os.utime(heartbeats.folder(str(out)) / f"rank{rank}", (then, then))
 
 
 def test_the_quiet_peer_is_named_and_a_live_one_is_not(tmp_path):
     _beat(tmp_path, 0, 0)
     _beat(tmp_path, 1, 12)
     _beat(tmp_path, 2, 1)
-    assert stall_report.quiet_peers(str(tmp_path), 0, 3).keys() == {1}
-    assert stall_report.who_stalled(stall_report.quiet_peers(str(tmp_path), 0, 3)) == \
+    assert heartbeats.quiet_peers(str(tmp_path), 0, 3).keys() == {1}
+    assert heartbeats.who_stalled(heartbeats.quiet_peers(str(tmp_path), 0, 3)) == \
         "no sign of life from rank 1 (12 s): stopped, frozen or gone"
     # Another host's peer, without a shared folder, has no file: nothing is claimed about it.
-    assert stall_report.who_stalled(stall_report.quiet_peers(str(tmp_path), 0, 4)).startswith(
+    assert heartbeats.who_stalled(heartbeats.quiet_peers(str(tmp_path), 0, 4)).startswith(
         "no sign of life from rank 1 (")
-    assert stall_report.who_stalled(stall_report.quiet_peers(str(tmp_path), 1, 3)) == "a peer has stalled or died"
+    assert heartbeats.who_stalled(heartbeats.quiet_peers(str(tmp_path), 1, 3)) == "a peer has stalled or died"
 
 
 def test_nothing_is_made_outside_an_output_folder_that_does_not_exist(tmp_path):
-    assert not stall_report.beat(str(tmp_path / "not-yet"), 0, make=True)
+    assert not heartbeats.beat(str(tmp_path / "not-yet"), 0, make=True)
     assert not (tmp_path / "not-yet").exists()
 
 
 def test_the_driver_takes_the_line_and_the_folder_goes(tmp_path):
     _beat(tmp_path, 0, 0)
-    stall_report.leave(str(tmp_path), "rank 0 made no progress for 10 s while training")
-    assert stall_report.take(str(tmp_path)) == "rank 0 made no progress for 10 s while training"
-    assert not stall_report.folder(str(tmp_path)).exists()
-    assert stall_report.take(str(tmp_path)) == ""
+    heartbeats.leave(str(tmp_path), "rank 0 made no progress for 10 s while training")
+    assert heartbeats.take(str(tmp_path)) == "rank 0 made no progress for 10 s while training"
+    assert not heartbeats.folder(str(tmp_path)).exists()
+    assert heartbeats.take(str(tmp_path)) == ""
 
 
 def test_a_rank_that_ends_removes_its_file_and_the_last_the_folder(tmp_path):
     _beat(tmp_path, 0, 0)
     _beat(tmp_path, 1, 0)
-    stall_report.gone(str(tmp_path), 0)
-    assert stall_report.folder(str(tmp_path)).exists()
-    stall_report.gone(str(tmp_path), 1)
-    assert not stall_report.folder(str(tmp_path)).exists()
+    heartbeats.gone(str(tmp_path), 0)
+    assert heartbeats.folder(str(tmp_path)).exists()
+    heartbeats.gone(str(tmp_path), 1)
+    assert not heartbeats.folder(str(tmp_path)).exists()
 
 
 
@@ -54,11 +54,11 @@ def test_a_rank_s_beats_do_not_bring_back_a_folder_a_stall_removed(tmp_path):
     watchdog = Watchdog(0, str(tmp_path))  # 0: no thread; _beat is what its loop does each second
     watchdog.joined(1, 2)
     watchdog._beat()
-    assert (stall_report.folder(str(tmp_path)) / "rank1").exists()
-    stall_report.leave(str(tmp_path))  # rank 0's stall ended the run and removed the folder
+    assert (heartbeats.folder(str(tmp_path)) / "rank1").exists()
+    heartbeats.leave(str(tmp_path))  # rank 0's stall ended the run and removed the folder
     watchdog._beat()
     watchdog._beat()
-    assert not stall_report.folder(str(tmp_path)).exists()
+    assert not heartbeats.folder(str(tmp_path)).exists()
 
 
 def test_a_launcher_passing_sigterm_on_is_told_from_one_ending_the_ranks_after_a_death(tmp_path):
@@ -66,28 +66,28 @@ def test_a_launcher_passing_sigterm_on_is_told_from_one_ending_the_ranks_after_a
     import sys
 
     for rank in range(3):
-        stall_report.beat(str(tmp_path), rank, make=True)  # each file holds this process's pid: all running
-    seen = stall_report.present(str(tmp_path), 3)
-    assert seen == {0, 1, 2} and stall_report.ended_first(str(tmp_path), 0, 3, seen) == []
+        heartbeats.beat(str(tmp_path), rank, make=True)  # each file holds this process's pid: all running
+    seen = heartbeats.present(str(tmp_path), 3)
+    assert seen == {0, 1, 2} and heartbeats.ended_first(str(tmp_path), 0, 3, seen) == []
     # A peer whose process has ended without SIGTERM reaching it died first; one signalled too did not.
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (stall_report.folder(str(tmp_path)) / "rank2").write_text(ended.stdout.strip())
-    assert stall_report.ended_first(str(tmp_path), 0, 3, seen) == [2]
-    (stall_report.folder(str(tmp_path)) / "rank2").write_text(f"{ended.stdout.strip()} {stall_report.SIGNALLED}")
-    assert stall_report.ended_first(str(tmp_path), 0, 3, seen) == []
+    (heartbeats.folder(str(tmp_path)) / "rank2").write_text(ended.stdout.strip())
+    assert heartbeats.ended_first(str(tmp_path), 0, 3, seen) == [2]
+    (heartbeats.folder(str(tmp_path)) / "rank2").write_text(f"{ended.stdout.strip()} {heartbeats.SIGNALLED}")
+    assert heartbeats.ended_first(str(tmp_path), 0, 3, seen) == []
     # A peer whose file was seen and is gone ended and removed it; one never seen has not beaten yet (seen 1 in 8
     # SIGTERMs to mp.spawn, within a second of the output folder's making: "rank 1 lost a peer" beside rank 0's line).
-    (stall_report.folder(str(tmp_path)) / "rank1").unlink()
-    assert stall_report.ended_first(str(tmp_path), 0, 3, seen) == [1]
-    assert stall_report.ended_first(str(tmp_path), 0, 3, {0, 2}) == []
-    stall_report.beat(str(tmp_path), 1, make=True)
+    (heartbeats.folder(str(tmp_path)) / "rank1").unlink()
+    assert heartbeats.ended_first(str(tmp_path), 0, 3, seen) == [1]
+    assert heartbeats.ended_first(str(tmp_path), 0, 3, {0, 2}) == []
+    heartbeats.beat(str(tmp_path), 1, make=True)
     for rank in (0, 1):
-        assert not stall_report.every_rank_signalled(str(tmp_path), 3)
-        stall_report.mark_signalled(str(tmp_path), rank)
-    assert stall_report.every_rank_signalled(str(tmp_path), 3)
+        assert not heartbeats.every_rank_signalled(str(tmp_path), 3)
+        heartbeats.mark_signalled(str(tmp_path), rank)
+    assert heartbeats.every_rank_signalled(str(tmp_path), 3)
     # The last signalled rank removed the folder: a rank reading after that was signalled with the others.
-    stall_report.leave(str(tmp_path))
-    assert stall_report.ended_first(str(tmp_path), 1, 3, seen) == []
+    heartbeats.leave(str(tmp_path))
+    assert heartbeats.ended_first(str(tmp_path), 1, 3, seen) == []
 
 
 def test_a_peer_reading_the_files_as_the_last_signalled_rank_removes_them_claims_no_death(tmp_path, monkeypatch):
@@ -95,15 +95,15 @@ def test_a_peer_reading_the_files_as_the_last_signalled_rank_removes_them_claims
     file (seen once rank 1 no longer waited in a collective to run its handler: "rank 1 lost a peer", 3 runs of 4)."""
     out = str(tmp_path)
     for rank in (0, 1):
-        stall_report.beat(out, rank, make=True)
-        stall_report.mark_signalled(out, rank)
+        heartbeats.beat(out, rank, make=True)
+        heartbeats.mark_signalled(out, rank)
     real = Path.read_text
 
     def removed_as_read(path: Path, *args, **kwargs) -> str:
         if path.name == "rank0":
-            stall_report.leave(out)  # rank 0 found every rank signalled
+            heartbeats.leave(out)  # rank 0 found every rank signalled
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(Path, "read_text", removed_as_read)
-    assert stall_report.ended_first(out, 1, 2, {0, 1}) == []
-    assert not stall_report.folder(out).exists() and os.listdir(out) == []
+    assert heartbeats.ended_first(out, 1, 2, {0, 1}) == []
+    assert not heartbeats.folder(out).exists() and os.listdir(out) == []

@@ -15,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from contract import results
 from contract.config import ConfigError, TrainConfig
 from contract.results import History
+from runtime import space
 from tests.conftest import free_port
 from workload import checkpoint, data, reference, run
 from workload.distributed import DistContext
@@ -170,7 +171,7 @@ def test_a_resumed_run_counts_the_checkpoint_writes_of_the_attempts_before_it(cf
 
 def test_results_json_is_strict_json(tmp_path):
     with pytest.raises(ValueError):
-        results.write_json(tmp_path / "x.json", {"rate": float("nan")})
+        space.write_json(tmp_path / "x.json", {"rate": float("nan")})
     assert not (tmp_path / "x.json").exists()
 
 

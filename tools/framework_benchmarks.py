@@ -2,8 +2,8 @@
 `examples/pytorch/pytorch_synthetic_benchmark.py`, and its native arm beside a plain DDP loop
 (tools/plain_ddp_benchmark.py), at the same model, batch, image size and threads, interleaved and paired.
 
-    python tools/framework_benchmarks.py --horovod-benchmark ~/horovod/examples/pytorch/pytorch_synthetic_benchmark.py \\
-        --models resnet18,resnet50 --rounds 3
+    python tools/framework_benchmarks.py --models resnet18,resnet50 --rounds 3 \\
+        --horovod-benchmark ~/horovod/examples/pytorch/pytorch_synthetic_benchmark.py
 
 Horovod's script is not shipped with its package: take it from a clone of github.com/horovod/horovod (tag v0.28.1).
 It runs as written, so both sides take its shape: 3 x 224 x 224 images of 1000 classes, batch 32 per worker, plain
@@ -25,11 +25,12 @@ import sys
 from pathlib import Path
 
 from analysis import stats
-from contract import cli, results
+from contract import results
 from contract.config import ConfigError
 from launchers import arms
+from runtime import cli, space
 
-log = logging.getLogger("tools.framework_benchmarks")
+log = logging.getLogger(__name__)
 ARMS = ("horovod: theirs", "horovod: ours", "native: plain DDP", "native: ours")
 PLAIN_DDP = Path(__file__).with_name("plain_ddp_benchmark.py")
 ITER = re.compile(r"Iter #\d+: ([\d.]+) img/sec per")
@@ -58,7 +59,7 @@ def main() -> int:
         raise ConfigError(f"--models takes resnet18, resnet50 or vit_b_16, got {args.models!r}")
     root = Path(args.output_dir).resolve()
     found = {m: measure(m, args, root / m) for m in names}
-    results.write_json(root / "framework-benchmarks.json", found)
+    space.write_json(root / "framework-benchmarks.json", found)
     log.info("\n%s", table(found))
     return 0
 

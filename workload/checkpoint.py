@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from contract import space
 from contract.config import RESUMABLE_CHANGES, ConfigError, TrainConfig, resume_conflicts
 from contract.results import History
+from runtime import space
 from workload import faults, model
 
 FILENAME = "checkpoint.pt"

@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from contract import files, models
+from contract import models
 from contract.config import TrainConfig
 from contract.errors import DataError
-from contract.preflight import check_epoch_length, free_space, synthetic_file_bytes
+from runtime import files
+from runtime.preflight import check_epoch_length, free_space, synthetic_file_bytes
 
 if TYPE_CHECKING:  # torch is imported when data is loaded: resolve() and the CLIs that call it stay light
     from torch.utils.data import TensorDataset

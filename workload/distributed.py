@@ -10,8 +10,8 @@ from typing import NoReturn
 import torch
 from torch import Tensor
 
-from contract.cli import exit_now
 from contract.errors import PeerLost, torchrun_restarts_left
+from runtime.cli import exit_now
 
 # `all_reduce(tensor, op)` with op "sum" or "max" returns the reduced tensor on every rank.
 AllReduce = Callable[[Tensor, str], Tensor]

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from contract import cli, summary, worker_end
+from contract import summary
 from contract.config import TrainConfig
 from contract.errors import PeerLost, launcher_rank
+from runtime import cli, worker_end
 from workload import cores, faults
 from workload.distributed import NO_CHECKPOINT_HINT, RESUME_HINTS, DistContext, leave, peer_lost
 from workload.watchdog import Watchdog

@@ -19,7 +19,7 @@ def epoch_timing(times: Tensor, warmup_steps: int) -> dict[str, float]:
     """Statistics of one epoch from `times` [world, steps, 4 or 5] holding (data, compute, sync) seconds, the
     samples each step processed and, in a fifth column, the CPU seconds the rank's process spent in it (every thread:
     the framework's communication threads too), per rank and step. The first `warmup_steps` steps of the epoch are
-    left out; the launchers refuse epochs that would leave none (contract/preflight.py).
+    left out; the launchers refuse epochs that would leave none (runtime/preflight.py).
     """
     assert times.shape[1] > warmup_steps, "preflight.check_epoch_length lets no such epoch through"
     measured = times[:, warmup_steps:]

@@ -89,15 +89,15 @@ def describe(network: nn.Module, cfg: TrainConfig) -> dict[str, object]:
 
 def size(width: int) -> dict[str, int]:
     """Trainable parameters, and the float32 bytes of gradient one allreduce averages per step."""
-    parameters = sum(p.numel() for p in ConvNet(width=width).parameters() if p.requires_grad)
-    return {"width": width, "parameters": parameters, "gradient_bytes": FLOAT32_BYTES * parameters}
+    return {"width": width, "parameters": models.parameters("convnet", width=width),
+            "gradient_bytes": models.gradient_bytes("convnet", width=width)}
 
 
-def ddp_buckets(width: int, bucket_mb: float = 0.0) -> tuple[tuple[int, ...], int]:
-    """The bytes in each of DDP's buckets at `width`, cut as DDP cuts them after its first step (in backward's order;
-    with the default cap the first bucket holds 1 MiB), and the bytes of BatchNorm buffers it broadcasts before each
-    forward."""
-    net = ConvNet(width=width)
+def ddp_buckets(width: int | str, bucket_mb: float = 0.0) -> tuple[tuple[int, ...], int]:
+    """The bytes in each of DDP's buckets of the ConvNet at `width` (or of a registry model by name), cut as DDP cuts
+    them after its first step (in backward's order; with the default cap the first bucket holds 1 MiB), and the
+    bytes of BatchNorm buffers it broadcasts before each forward."""
+    net = ConvNet(width=width) if isinstance(width, int) else build(TrainConfig(model=width))
     params = list(reversed([p.detach() for p in net.parameters()]))
     cap = int((bucket_mb or DDP_DEFAULT_BUCKET_MB) * 1024 * 1024)
     first = cap if bucket_mb else dist._DEFAULT_FIRST_BUCKET_BYTES  # DDP's BucketCapacityConfig

@@ -85,7 +85,7 @@ class LinkCounter:
 
     def record(self, ctx: DistContext) -> dict[str, object]:
         """Every rank's count, as each rank read its interface's counter (ranks on one node read the same counter:
-        analysis/regime.py counts each node once); nothing when a rank could not read it."""
+        experiments/regime.py counts each node once); nothing when a rank could not read it."""
         # Every rank takes part whether or not it knows its link, so that no rank waits on another's collective.
         sent = ctx.gather_rows(torch.tensor([self.sent], dtype=torch.float64)).flatten().tolist()
         if not self.interface or min(sent) < 0:

@@ -11,6 +11,7 @@ import torch
 from contract import options, phases, results
 from contract.config import DATASETS, ConfigError, TrainConfig
 from contract.results import History
+from runtime import launch, space
 from workload import checkpoint, data, model
 from workload.distributed import DistContext
 from workload.tensorboard_scalars import Scalars
@@ -106,7 +107,7 @@ def train_and_report(
     wall_time = earlier + time.perf_counter() - start
     if not trainer.ctx.is_main:
         return None
-    stamps = {"workers_started": phases.process_started(), "process_group_ready": trainer.ctx.ready_at,
+    stamps = {"workers_started": launch.process_started(), "process_group_ready": trainer.ctx.ready_at,
               **trainer.stamps}
     doc = results.build(
         backend=backend, launcher=launcher, workers=trainer.ctx.world_size * len(trainer.loaders), cfg=trainer.cfg,
@@ -116,11 +117,11 @@ def train_and_report(
             "options": options.effective(trainer.cfg, backend),
             "resumed_from_epoch": resumed_from, "restarts": restarts, **extra, "timestamps": stamps,
             # Provisional, from the command that started the workers; launchers that know better replace them.
-            "phases": phases.phases(stamps, phases.launcher_started(), time.time()),
+            "phases": phases.phases(stamps, launch.launcher_started(), time.time()),
             "eval_time_s": sum(e["eval_time_s"] for e in history.epochs),  # every attempt's, as the wall time
             "checkpoint_time_s": earlier_checkpoints + trainer.checkpoint_time_s,  # every attempt's (see History)
         },
     )
     doc["end_to_end_s"] = doc["phases"]["launcher_returned"]
-    results.write(trainer.cfg.output_dir, doc)
+    space.write_results(trainer.cfg.output_dir, doc)
     return doc

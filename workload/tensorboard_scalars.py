@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from contract import space
+from runtime import space
 
 TAGS = {"train/step_loss", "test/loss", "test/accuracy", "speed/samples_per_s", "speed/comm_share"}
 

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from contract import stall_report
+from runtime import heartbeats
 from workload.tools import Tool
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ STALL_EXIT_CODE = 3
 class Watchdog(Tool):
     def __init__(self, timeout_s: float, output_dir: str = "", report: bool = False,
                  phase: str = "joining the process group") -> None:
-        """`output_dir`: where the ranks show they are alive (contract/stall_report.py); `report`: leave the stall's
+        """`output_dir`: where the ranks show they are alive (runtime/heartbeats.py); `report`: leave the stall's
         line there for the driver (Ray)."""
         self.timeout_s = timeout_s
         self.output_dir, self.report = output_dir, report
@@ -46,7 +46,7 @@ class Watchdog(Tool):
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._made:
-            stall_report.gone(self.output_dir, self.rank)
+            heartbeats.gone(self.output_dir, self.rank)
 
     def joined(self, rank: int, world_size: int) -> None:
         """The group has formed: this rank's number, so that its heartbeat and its stall line can name it."""
@@ -76,7 +76,7 @@ class Watchdog(Tool):
             if time.monotonic() - self._last > self.timeout_s:
                 line = self._line(self._quiet())
                 if self.output_dir:
-                    stall_report.leave(self.output_dir, line if self.report else "")
+                    heartbeats.leave(self.output_dir, line if self.report else "")
                 print(f"error: {line}; ending this rank", file=sys.stderr, flush=True)
                 os._exit(STALL_EXIT_CODE)
 
@@ -86,7 +86,7 @@ class Watchdog(Tool):
         if not (quiet := self._quiet()):
             return ""
         line = self._line(quiet)
-        stall_report.leave(self.output_dir, line if self.report else "")
+        heartbeats.leave(self.output_dir, line if self.report else "")
         return line
 
     def signalled_with_peers(self) -> bool | None:
@@ -96,31 +96,31 @@ class Watchdog(Tool):
         folder exists). The last rank signalled removes the heartbeat folder."""
         if not (self._known() and self._made):
             return None
-        stall_report.mark_signalled(self.output_dir, self.rank)
+        heartbeats.mark_signalled(self.output_dir, self.rank)
         # No peer's file seen yet (or ever: another host without a shared folder): nothing to tell the two apart.
-        seen = self._seen | stall_report.present(self.output_dir, self.world_size)
-        first = stall_report.ended_first(self.output_dir, self.rank, self.world_size, seen) \
+        seen = self._seen | heartbeats.present(self.output_dir, self.world_size)
+        first = heartbeats.ended_first(self.output_dir, self.rank, self.world_size, seen) \
             if seen - {self.rank} else None
         if first:
             return False
-        if stall_report.every_rank_signalled(self.output_dir, self.world_size):
-            stall_report.leave(self.output_dir)
+        if heartbeats.every_rank_signalled(self.output_dir, self.world_size):
+            heartbeats.leave(self.output_dir)
         return None if first is None else True
 
     def _beat(self) -> None:
         if self._known():
-            self._made = stall_report.beat(self.output_dir, self.rank, make=not self._made) or self._made
+            self._made = heartbeats.beat(self.output_dir, self.rank, make=not self._made) or self._made
             if len(self._seen) < self.world_size:
-                self._seen |= stall_report.present(self.output_dir, self.world_size)
+                self._seen |= heartbeats.present(self.output_dir, self.world_size)
 
     def _known(self) -> bool:
         """Whether this rank has a number and a folder to show it is alive in."""
         return self.rank is not None and bool(self.output_dir)
 
     def _quiet(self) -> dict[int, float]:
-        return stall_report.quiet_peers(self.output_dir, self.rank, self.world_size) if self._known() else {}
+        return heartbeats.quiet_peers(self.output_dir, self.rank, self.world_size) if self._known() else {}
 
     def _line(self, quiet: dict[int, float]) -> str:
         return (f"{'this rank' if self.rank is None else f'rank {self.rank}'} made no progress for "
                 f"{time.monotonic() - self._last:.0f} s while {self.phase} (--stall-timeout-s {self.timeout_s:g}); "
-                f"{stall_report.who_stalled(quiet)}")
+                f"{heartbeats.who_stalled(quiet)}")

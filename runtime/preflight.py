@@ -4,8 +4,9 @@ import math
 import os
 from pathlib import Path
 
-from contract import models, space
+from contract import models
 from contract.config import ConfigError, TrainConfig, require_path
+from runtime import space
 
 # Most filesystems cap one path component at 255 bytes; a longer run name would fail only when first written.
 NAME_MAX = 255
@@ -35,7 +36,7 @@ def _nearest_existing(path: Path) -> Path:
 
 def free_space(path: str | Path, flag: str, needed: int, what: str) -> None:
     """Refuse a folder whose filesystem has less than `needed` bytes free, rather than fill the disk midway (a
-    write that still finds it full is one line too: contract/space.py)."""
+    write that still finds it full is one line too: runtime/space.py)."""
     resolved = Path(path).expanduser().resolve()
     stat = os.statvfs(_nearest_existing(resolved))
     if (free := stat.f_bavail * stat.f_frsize) < needed:
@@ -109,7 +110,8 @@ def check_epoch_length(cfg: TrainConfig, train_count: int) -> None:
     if steps <= cfg.warmup_steps:
         raise ConfigError(
             f"an epoch is {steps} step(s) ({train_count} training {_samples(cfg)}, --workers {cfg.workers}, "
-            f"--batch-size {cfg.batch_size}{f', --max-steps-per-epoch {cfg.max_steps_per_epoch}' if cfg.max_steps_per_epoch else ''}"
+            f"--batch-size {cfg.batch_size}"
+            f"{f', --max-steps-per-epoch {cfg.max_steps_per_epoch}' if cfg.max_steps_per_epoch else ''}"
             f"), which leaves no step after --warmup-steps {cfg.warmup_steps} to time; lower --warmup-steps or "
             f"--batch-size, or train on more {_samples(cfg)}"
         )

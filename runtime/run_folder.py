@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from contract.errors import launcher_rank
+from runtime import launch
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +25,7 @@ def resolve(output_dir: str, backend: str, launcher: str) -> str:
         return output_dir
     import psutil
 
-    from contract import phases
-
-    process = psutil.Process() if launcher in ("ray", "mp.spawn") else phases.launcher_process()
+    process = psutil.Process() if launcher in ("ray", "mp.spawn") else launch.launcher_process()
     started = datetime.fromtimestamp(process.create_time(), timezone.utc).strftime("%Y%m%d-%H%M%S")
     return str(Path(DEFAULT).parent / f"{started}-{backend}-{launcher}-{process.pid}")
 

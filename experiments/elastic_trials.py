@@ -1,6 +1,6 @@
 """Lose a node mid-run and get it back, on the project's workload, under each framework's elastic mode (as root).
 
-    python -m ray_jobs.elastic_trials --trials 3 --output-dir results/elastic      # 25 min at the defaults
+    python -m experiments.elastic_trials --trials 3 --output-dir results/elastic      # 25 min at the defaults
 
 Each mode trains the ConvNet (workload/elastic.py) on a simulated cluster of --max-workers nodes, one worker each:
 
@@ -24,18 +24,16 @@ from dataclasses import fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from analysis import elastic as figures
 from analysis import plots
-from cluster import netsim, node_loss
-from contract import cli, preflight, results
+from contract import results
 from contract.config import ConfigError, TrainConfig
-from launchers import arms
-from launchers import elastic as drivers
+from experiments import elastic_report as figures, netsim, node_loss
+from experiments.node_loss import KILL_EPOCH, KILL_STEP
+from launchers import arms, elastic as drivers
+from runtime import cli, preflight, space
 from workload import data
 
 log = logging.getLogger(__name__)
-KILL_EPOCH, KILL_STEP = 1, 10
-"""The loss: after step 10 of the second epoch (epoch index 1), at full size."""
 SLOWEST_SAMPLES_PER_S = 500
 """A run is given its samples at this rate (a fifth of one worker's here), plus the node's absence, before it is
 ended as stuck."""
@@ -45,7 +43,7 @@ TAKEN = {"epochs", "batch_size", "lr", "momentum", "seed", "dataset", "data_dir"
 
 
 def main() -> int:
-    parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.elastic_trials",
+    parser = cli.Parser(description=__doc__, prog="python -m experiments.elastic_trials",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=3, help="trials per mode (default: 3)")
     parser.add_argument("--modes", default=",".join(drivers.MODES),
@@ -81,7 +79,7 @@ def main() -> int:
     cfg = cli.config_from_args(args, workers=args.max_workers)
     if cfg.dataset == "synthetic":
         check_length(cfg, cfg.synthetic_train_size, "--synthetic-train-size")
-    netsim.check_host(args.max_workers, "python -m ray_jobs.elastic_trials (one simulated node per worker)", "")
+    netsim.check_host(args.max_workers, "python -m experiments.elastic_trials (one simulated node per worker)", "")
     if "ray-horovod" in modes:
         from horovod_ddp.adapter import import_horovod
         import_horovod()
@@ -121,11 +119,11 @@ def main() -> int:
 def write(root: Path, settings: dict, runs: dict[str, list[dict]], reasons: dict[str, str]) -> None:
     """elastic.json (every run's figures), results.json's `elastic` section (the membership events) and elastic.png;
     each mode's first run is its fixed-size run."""
-    results.write_json(root / "elastic.json", {**settings, "modes": [
+    space.write_json(root / "elastic.json", {**settings, "modes": [
         {"mode": mode, "trials": len(done) - 1, "finished": sum(t["finished"] for t in done[1:]),
          **({"reason": reasons[mode]} if mode in reasons else {}),
          "fixed_size": _public(done[0]), "runs": [_public(t) for t in done[1:]]} for mode, done in runs.items()]})
-    results.write_json(root / results.FILENAME, {"elastic": {**settings, "modes": {
+    space.write_json(root / results.FILENAME, {"elastic": {**settings, "modes": {
         mode: [{"trial": t["index"], "killed_s": t["killed_s"], "returned_s": t["returned_s"],
                 "membership": t["membership"]} for t in done] for mode, done in runs.items()}}})
     plots.plot_elastic({mode: done[1:] for mode, done in runs.items()}, root / "elastic.png")

@@ -136,8 +136,8 @@ def _field_docs() -> dict[str, str]:
     return docs
 
 
-PROJECT_LOGGERS = ("__main__", "contract", "workload", "native_ddp", "horovod_ddp", "cluster", "launchers", "analysis",
-                   "ray_jobs", "tests")
+PROJECT_LOGGERS = ("__main__", "contract", "runtime", "workload", "native_ddp", "horovod_ddp", "cluster", "launchers",
+                   "analysis", "experiments", "ray_jobs", "tests")
 """Every package of the project (tests/test_layout.py checks that none is missing), and a module run as __main__."""
 
 

@@ -12,10 +12,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cluster import netsim
+from experiments import netsim
 
 RDZV_PORT = 29400
 POLL_S = 0.2
+KILL_EPOCH, KILL_STEP = 1, 10
+"""The loss: after step 10 of the second epoch (epoch index 1), at full size, in every trial and in the probe."""
 
 
 def read(path: Path) -> list[dict]:

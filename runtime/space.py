@@ -3,13 +3,16 @@ leaves no half-written file behind (the writes here go through a temporary file,
 
 import contextlib
 import errno
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from contract import files
+from contract import results
 from contract.errors import RunFailed
+from runtime import files
 
 
 def size(n: int) -> str:
@@ -50,3 +53,19 @@ def atomic_file(path: Path, needed: int) -> Iterator[Path]:
         raise
     files.normal_mode(name)
     os.replace(name, path)
+
+
+def write_results(output_dir: str | Path, doc: dict[str, Any]) -> Path:
+    """results.json, validated and written atomically: a crash never leaves a half-written one for a finished-looking
+    run."""
+    results.validate(doc)
+    write_json(Path(output_dir) / results.FILENAME, doc)
+    return Path(output_dir) / results.FILENAME
+
+
+def write_json(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Standard JSON only: a NaN or Infinity here would be a number no run produced, and strict parsers refuse it.
+    text = json.dumps(doc, indent=1, allow_nan=False)
+    with atomic_file(path, len(text.encode())) as temporary:
+        temporary.write_text(text)

@@ -10,8 +10,12 @@ plus the host's own cost per byte (copies, the CPU's reduction, the veth: what a
 
 The backends differ in the messages: DDP sends one per bucket (`--bucket-mb`, its first bucket capped at 1 MiB),
 plus the forward pass's broadcast of the BatchNorm buffers; Horovod fuses every gradient ready in one cycle into one
-message (up to its fusion threshold). α, η and h (and ω, where OVERLAPS lets it vary) are fitted per backend to the
-measured waits of 2-node sweeps, and resampled (bootstrap over runs) to carry their range into every prediction.
+message (up to its fusion threshold). Where the runs measured their averaging alone and the wait after backward
+(results.json's `overlap`, every run since the model registry), α, η and h are fitted to the averaging alone and ω
+to what backward hid of it, (alone − wait) ÷ C; older sweeps fit α, η and h to the waits, ω fixed at 0. Either way
+per backend, on 2-node sweeps, resampled (bootstrap over runs) to carry their range into every prediction.
+
+A run's model is the ConvNet at a width (an int) or a model of the registry by name (contract/models.py).
 """
 
 import math
@@ -22,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from analysis import regime, runs, speed
+from analysis import runs, speed
 from contract.config import BACKENDS, ConfigError
 from contract.options import DDP_DEFAULT_BUCKET_MB, HOROVOD_DEFAULT_FUSION_MB
+from experiments import regime
 
 MIB = 1024 * 1024
 DDP_FIRST_BUCKET_BYTES = MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
@@ -87,19 +92,24 @@ class Point:
     nodes: int
     bits_per_s: float | None
     rate: str
-    width: int
+    width: int | str
+    """The ConvNet's width, or a registry model's name."""
     bucket_mb: float
     step_s: float
     compute_s: float
     waited_s: float
     sweep: str
     burst: int = 0
+    alone_s: float | None = None
+    """The run's gradient averaging alone, after training (results.json's overlap.comm_alone_s)."""
+    exposed_s: float | None = None
+    """Its wait after backward, per step (overlap.comm_exposed_s)."""
 
 
 def points(sweep_dirs: list[str], gradient: Callable[[int, float], Gradient],
            burst: Callable[[float], int] = lambda bits: 0) -> tuple[list[Point], list[str]]:
     """Every finished Ray run of either backend in the sweeps, and a line for each comparison left out (and why).
-    `burst(bits)`: the simulated link's token bucket in bytes at that rate (cluster/netsim.py sets it)."""
+    `burst(bits)`: the simulated link's token bucket in bytes at that rate (experiments/netsim.py sets it)."""
     out, skipped = [], []
     for sweep_dir in sweep_dirs:
         network, cells = regime.load(sweep_dir)
@@ -124,9 +134,11 @@ def _point(run: dict[str, Any], backend: str, network: dict[str, Any], cell: dic
     nodes = len({p["node_id"] for p in run.get("placement") or []}) or network["nodes"]
     step = config["batch_size"] * run["workers"] / run[speed.METRIC]
     share = run["epochs"][-1]["comm_share"]
+    overlap = run.get("overlap") or {}
     return Point(backend=backend, nodes=nodes, bits_per_s=cell["bits"], rate=cell["rate"], width=cell["width"],
                  bucket_mb=config.get("bucket_mb", 0.0), step_s=step, compute_s=step * (1 - share),
-                 waited_s=step * share, sweep=str(sweep_dir), burst=burst(cell["bits"]) if cell["bits"] else 0)
+                 waited_s=step * share, sweep=str(sweep_dir), burst=burst(cell["bits"]) if cell["bits"] else 0,
+                 alone_s=overlap.get("comm_alone_s"), exposed_s=overlap.get("comm_exposed_s"))
 
 
 @dataclass(frozen=True)
@@ -209,8 +221,18 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def fit(backend: str, fitted: list[Point], gradient: Callable[[int, float], Gradient]) -> Fit:
-    """The constants from `fitted` (one backend's points), and BOOTSTRAP resamples of them."""
+def fit_measured(x: np.ndarray, compute: np.ndarray, alone: np.ndarray, exposed: np.ndarray) -> Constants:
+    """α, η and h from the averaging alone; ω from what backward hid of it, (alone − wait) ÷ C, the median over the
+    runs, within 0-1."""
+    theta = _least_squares(x, alone)
+    overlap = float(np.clip(np.median((alone - exposed) / np.maximum(compute, 1e-12)), 0.0, 1.0))
+    return Constants(alpha_s=float(theta[0]), link_efficiency=1 / theta[1] if theta[1] > 0 else math.inf,
+                     host_s_per_byte=float(theta[2]), overlap=overlap)
+
+
+def fit(backend: str, fitted: list[Point], gradient: Callable[[int | str, float], Gradient]) -> Fit:
+    """The constants from `fitted` (one backend's points), and BOOTSTRAP resamples of them: from each run's averaging
+    alone and its wait where every run measured both, else from the waits with ω at 0."""
     if len({(p.rate, p.width) for p in fitted}) < 2:
         raise ConfigError(f"{backend}: the fit needs runs at two or more link rates or widths, got "
                           f"{len(fitted)} run(s); pass a sweep made with --link-rates a,b (or --model-width a,b)")
@@ -218,12 +240,17 @@ def fit(backend: str, fitted: list[Point], gradient: Callable[[int, float], Grad
                   for p in fitted])
     compute = np.array([p.compute_s for p in fitted])
     y = np.array([p.waited_s for p in fitted])
-    constants = fit_arrays(x, compute, y)
+    if all(p.alone_s is not None and p.exposed_s is not None for p in fitted):
+        alone, exposed = np.array([p.alone_s for p in fitted]), np.array([p.exposed_s for p in fitted])
+
+        def one(pick: np.ndarray) -> Constants:
+            return fit_measured(x[pick], compute[pick], alone[pick], exposed[pick])
+    else:
+        def one(pick: np.ndarray) -> Constants:
+            return fit_arrays(x[pick], compute[pick], y[pick])
+    constants = one(np.arange(len(fitted)))
     rng = np.random.default_rng(SEED)
-    samples = []
-    for _ in range(BOOTSTRAP):
-        pick = rng.integers(0, len(fitted), len(fitted))
-        samples.append(fit_arrays(x[pick], compute[pick], y[pick]))
+    samples = [one(rng.integers(0, len(fitted), len(fitted))) for _ in range(BOOTSTRAP)]
     residuals = [(p.compute_s + waited(constants, row, p.compute_s) - p.step_s) / p.step_s
                  for p, row in zip(fitted, x, strict=True)]
     return Fit(backend, constants, samples, fitted, residuals)
@@ -254,19 +281,27 @@ def ratio_range(fits: dict[str, Fit], gradient: Gradient, bucket_mb: float, node
             float(np.percentile(values, 97.5)))
 
 
-def compute_by_width(fitted: list[Point]) -> dict[int, float]:
-    """Median compute per step at each width measured."""
-    widths: dict[int, list[float]] = {}
+order = regime.model_order
+
+
+def compute_by_width(fitted: list[Point]) -> dict[int | str, float]:
+    """Median compute per step at each width (or model) measured."""
+    widths: dict[int | str, list[float]] = {}
     for p in fitted:
         widths.setdefault(p.width, []).append(p.compute_s)
-    return {w: statistics.median(v) for w, v in sorted(widths.items())}
+    return {w: statistics.median(widths[w]) for w in sorted(widths, key=order)}
 
 
-def compute_at(measured: dict[int, float], parameters: dict[int, int], width: int) -> tuple[float, bool]:
-    """Compute per step at `width`: measured, or a straight line through the measured widths' (parameters, compute)
-    (one width: proportional to it); the flag says it was extrapolated."""
+def compute_at(measured: dict[int | str, float], parameters: dict[int | str, int],
+               width: int | str) -> tuple[float, bool] | None:
+    """Compute per step at `width`: measured, or for a ConvNet width a straight line through the measured widths'
+    (parameters, compute) (one width: proportional to it); the flag says it was extrapolated. None for a model of
+    another architecture not measured: its compute cannot be read off the ConvNet's."""
     if width in measured:
         return measured[width], False
+    measured = {w: s for w, s in measured.items() if isinstance(w, int)}
+    if isinstance(width, str) or not measured:
+        return None
     xs = np.array([parameters[w] for w in measured], dtype=float)
     ys = np.array(list(measured.values()))
     if len(xs) == 1:

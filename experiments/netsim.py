@@ -38,8 +38,8 @@ from pathlib import Path
 
 import psutil
 
-from contract import cli
 from contract.config import ConfigError
+from runtime import cli
 
 log = logging.getLogger(__name__)
 SUBNET = "198.18.0"
@@ -235,7 +235,7 @@ def kill_node(sim: Cluster, node: int) -> int:
 def burst_bytes(bits: float) -> int:
     """The token bucket's size at `bits`/s: 10 ms of the rate, and at least a few full frames, so that bursts of
     segments pass. A bucket refilled while a rank computes lets that many bytes of the next allreduce through at
-    the veth's own speed (analysis/comm_model.py takes it off what the rate limits)."""
+    the veth's own speed (experiments/comm_model.py takes it off what the rate limits)."""
     return max(int(bits / 8 / 100), 16 * 1514)
 
 

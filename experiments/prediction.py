@@ -1,4 +1,4 @@
-"""Native ÷ Horovod past this machine: the communication model (analysis/comm_model.py) fitted to 2-node link sweeps,
+"""Native ÷ Horovod past this machine: the communication model (experiments/comm_model.py) fitted to 2-node link sweeps,
 checked against the sweeps on more nodes, and its predictions over nodes × link rates × gradient sizes;
 prediction.json, prediction.md and prediction.png. Torch-free: the caller says what each width's gradient is.
 """
@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis import comm_model, plots
-from analysis.comm_model import Fit, Gradient, Point
-from contract import results
+from analysis import plots
 from contract.config import BACKENDS, ConfigError
+from experiments import comm_model
+from experiments.comm_model import Fit, Gradient, Point
+from runtime import space
 
 SCHEMA_VERSION = 1
 FIT_NODES = 2
@@ -22,7 +23,8 @@ GOOD_ENOUGH = 0.20  # the validation's bar: a prediction within 20 % of the meas
 @dataclass(frozen=True)
 class Grid:
     """What to predict: node counts, link rates (bit/s by name), the ConvNet's widths, gradients given in MB, and
-    the compute per step for those (None: their comm time alone)."""
+    the compute per step for those (None: their comm time alone); the registry's models (at the compute their runs
+    measured, else their comm time alone), and the models whose 2-node runs are held out of the fit to check it."""
 
     nodes: list[int]
     rates: dict[str, float]
@@ -30,6 +32,8 @@ class Grid:
     megabytes: list[float]
     compute_ms: float | None
     bucket_mb: float
+    models: tuple[str, ...] = ()
+    held_out: tuple[str, ...] = ()
 
 
 def build(sweeps: list[str], gradient: Callable[[int, float], Gradient], grid: Grid,
@@ -37,8 +41,8 @@ def build(sweeps: list[str], gradient: Callable[[int, float], Gradient], grid: G
     """The whole prediction document: the fit on the 2-node runs, the validation on the others, the predictions.
     `burst(bits)`: the simulated links' token bucket in bytes (none on the real links predicted)."""
     found, skipped = comm_model.points(sweeps, gradient, burst)
-    fitted = [p for p in found if p.nodes == FIT_NODES]
-    held_out = [p for p in found if p.nodes != FIT_NODES]
+    fitted = [p for p in found if p.nodes == FIT_NODES and p.width not in grid.held_out]
+    held_out = [p for p in found if p not in fitted]
     if not fitted:
         raise ConfigError(f"none of {', '.join(sweeps)} holds a finished 2-node run; the model is fitted on "
                           "2 nodes: pass a folder written by compare --simulate-nodes 2 --link-rates a,b")
@@ -48,9 +52,11 @@ def build(sweeps: list[str], gradient: Callable[[int, float], Gradient], grid: G
         if not mine:
             raise ConfigError(f"the 2-node sweeps hold no finished {backend} run; pass a sweep of both backends")
         fits[backend] = comm_model.fit(backend, mine, gradient)
-    compute = {b: comm_model.compute_by_width(fits[b].points) for b in BACKENDS}
-    parameters = {w: gradient(w, grid.bucket_mb).bytes // 4 for w in {*grid.widths, *compute["native"],
-                                                                       *(p.width for p in held_out)}}
+    # Compute per step as measured at 2 nodes, the held-out models' included: the check is of the communication.
+    compute = {b: comm_model.compute_by_width([p for p in found if p.nodes == FIT_NODES and p.backend == b])
+               for b in BACKENDS}
+    parameters = {w: gradient(w, grid.bucket_mb).bytes // 4
+                  for w in {*grid.widths, *grid.models, *compute["native"], *(p.width for p in held_out)}}
     measured_rates = sorted({p.bits_per_s for p in fitted if p.bits_per_s})
     return {
         "schema_version": SCHEMA_VERSION,
@@ -62,12 +68,14 @@ def build(sweeps: list[str], gradient: Callable[[int, float], Gradient], grid: G
         "skipped": skipped,
         "measured": {"nodes": sorted({p.nodes for p in found}), "fit_nodes": FIT_NODES,
                      "rates_bits_per_s": measured_rates, "unshaped": any(p.bits_per_s is None for p in fitted),
-                     "widths": sorted({p.width for p in fitted})},
+                     "widths": sorted({p.width for p in fitted}, key=comm_model.order),
+                     "overlap_measured": all(p.alone_s is not None for p in fitted),
+                     "held_out": list(grid.held_out)},
         "compute_s": {b: {str(w): s for w, s in compute[b].items()} for b in BACKENDS},
         "validation": validation(held_out, fits, compute, parameters, gradient),
         "predictions": predictions(fits, compute, parameters, gradient, grid, measured_rates),
         "grid": {"nodes": grid.nodes, "rates": grid.rates, "widths": grid.widths, "megabytes": grid.megabytes,
-                 "compute_ms": grid.compute_ms, "bucket_mb": grid.bucket_mb},
+                 "compute_ms": grid.compute_ms, "bucket_mb": grid.bucket_mb, "models": list(grid.models)},
     }
 
 
@@ -82,7 +90,8 @@ def validation(held_out: list[Point], fits: dict[str, Fit], compute: dict[str, d
     """Per (nodes, rate, width) measured beyond the fit: each backend's mean step time against the prediction made
     with the 2-node compute (the model alone), and native ÷ Horovod against its prediction."""
     out = []
-    for key in sorted({(p.nodes, p.bits_per_s or float("inf"), p.rate, p.width, p.bucket_mb) for p in held_out}):
+    keys = {(p.nodes, p.bits_per_s or float("inf"), p.rate, p.width, p.bucket_mb) for p in held_out}
+    for key in sorted(keys, key=lambda k: (k[0], k[1], comm_model.order(k[3]))):
         nodes, order, rate, width, bucket_mb = key
         bits = None if order == float("inf") else order
         bucket = next(p.burst for p in held_out if (p.nodes, p.rate) == (nodes, rate))
@@ -92,7 +101,8 @@ def validation(held_out: list[Point], fits: dict[str, Fit], compute: dict[str, d
             mine = [p for p in held_out if (p.nodes, p.rate, p.width, p.backend) == (nodes, rate, width, backend)]
             if not mine:
                 continue
-            used, extrapolated = comm_model.compute_at(compute[backend], parameters, width)
+            used, extrapolated = comm_model.compute_at(compute[backend], parameters, width) or (
+                statistics.fmean(p.compute_s for p in mine), False)
             predicted, lo, hi = comm_model.step(fits[backend], gradient(width, bucket_mb), bucket_mb, nodes,
                                                 bits, used, bucket)
             measured = statistics.fmean(p.step_s for p in mine)
@@ -121,15 +131,16 @@ def predictions(fits: dict[str, Fit], compute: dict[str, dict[int, float]], para
                 measured_rates: list[float]) -> list[dict[str, Any]]:
     """One entry per gradient × nodes × rate. Extrapolated: beyond 2 nodes, outside the measured link rates, or at a
     width whose compute was not measured. A gradient given in MB without --compute-ms: the comm time alone."""
-    gradients: list[tuple[Gradient, int | None]] = [(gradient(w, grid.bucket_mb), w) for w in grid.widths]
+    gradients: list[tuple[Gradient, int | str | None]] = [(gradient(w, grid.bucket_mb), w)
+                                                          for w in (*grid.widths, *grid.models)]
     gradients += [(comm_model.gradient_of_mb(mb, grid.bucket_mb), None) for mb in grid.megabytes]
     out = []
     for grad, width in gradients:
-        if width is not None:
-            used = {b: comm_model.compute_at(compute[b], parameters, width) for b in BACKENDS}
+        used = {b: comm_model.compute_at(compute[b], parameters, width) for b in BACKENDS} if width is not None else {}
+        if used and all(used.values()):
             step_compute = {b: used[b][0] for b in BACKENDS}
             compute_extrapolated = any(extrapolated for _, extrapolated in used.values())
-        elif grid.compute_ms is not None:
+        elif width is None and grid.compute_ms is not None:
             step_compute = {b: grid.compute_ms / 1e3 for b in BACKENDS}
             compute_extrapolated = False
         else:
@@ -137,9 +148,10 @@ def predictions(fits: dict[str, Fit], compute: dict[str, dict[int, float]], para
             compute_extrapolated = False
         for nodes in grid.nodes:
             for rate, bits in grid.rates.items():
+                comm_only = not any(step_compute.values())
                 entry: dict[str, Any] = {
                     "gradient": grad.name, "width": width, "gradient_bytes": grad.bytes, "nodes": nodes,
-                    "rate": rate, "bits_per_s": bits, "comm_only": width is None and grid.compute_ms is None,
+                    "rate": rate, "bits_per_s": bits, "comm_only": comm_only,
                     "compute_s": step_compute["native"] if width is None else step_compute,
                     "extrapolated": (nodes != FIT_NODES or not measured_rates or not
                                      min(measured_rates) <= bits <= max(measured_rates) or compute_extrapolated)}
@@ -158,7 +170,7 @@ def predictions(fits: dict[str, Fit], compute: dict[str, dict[int, float]], para
 
 def write(doc: dict[str, Any], folder: Path) -> str:
     """prediction.json, prediction.md and prediction.png into `folder`; returns the Markdown."""
-    results.write_json(folder / "prediction.json", doc)
+    space.write_json(folder / "prediction.json", doc)
     text = markdown(doc)
     (folder / "prediction.md").write_text(text)
     plot(doc, folder / "prediction.png")
@@ -196,11 +208,14 @@ def markdown(doc: dict[str, Any]) -> str:
     rates = ", ".join(_rate(b) for b in measured["rates_bits_per_s"]) + (", unshaped" if measured["unshaped"] else "")
     out = ["# Native DDP or Horovod past this machine: a fitted model of the allreduce", "",
            f"Fitted on the {len(doc['fitted_runs'])} finished 2-node runs of {', '.join(doc['fit_sweeps'])} (link rates "
-           f"{rates}; widths {', '.join(map(str, measured['widths']))}). One step = the worker's compute + the part "
+           f"{rates}; {_models(measured['widths'])}). One step = the worker's compute + the part "
            "of the allreduce it waits for. Both backends average with Gloo's ring here: an allreduce of b bytes over "
            "N nodes is 2(N−1) messages and 2(N−1)/N·b bytes per node; per message α, per byte 8/(η·rate) on the "
-           "link plus h on the host, less a share ω of compute that communication overlaps (fixed at 0: searched, it "
-           "traded against h, so each backend's overlap shows in its effective η and h). DDP sends one message per "
+           "link plus h on the host, less a share ω of compute that communication overlaps ("
+           + ("fitted: α, η and h to each run's averaging alone, ω to the share of it backward hid, (alone − wait) ÷ "
+              "compute" if measured.get("overlap_measured") else "fixed at 0: searched, it traded against h, so each "
+              "backend's overlap shows in its effective η and h")
+           + "). DDP sends one message per "
            "bucket and one broadcast of the BatchNorm buffers; Horovod one fused message per cycle. The 95 % "
            "ranges come from 200 bootstrap resamples of the runs, carried through every prediction.", "",
            "## The fit (2 nodes)", "",
@@ -213,7 +228,9 @@ def markdown(doc: dict[str, Any]) -> str:
                                                                   "overlap"))
             + f" | {100 * f['residual_rms']:.1f} % ({100 * f['residual_max']:.1f} %) |")
     out += ["", "Compute per step measured at 2 nodes (s): " + "; ".join(
-        f"{b} " + ", ".join(f"width {w} {s:.4f}" for w, s in doc["compute_s"][b].items()) for b in BACKENDS) + "."]
+        f"{b} " + ", ".join(f"{_models([w])} {s:.4f}" for w, s in doc["compute_s"][b].items()) for b in BACKENDS) + "."]
+    if measured.get("held_out"):
+        out += ["", f"Held out of the fit, to check it at 2 nodes: {', '.join(measured['held_out'])} (below)."]
     if doc["skipped"]:
         out += ["", "Left out of the fit: " + "; ".join(doc["skipped"]) + "."]
     out += ["", "## Validation beyond the fit", ""]
@@ -234,7 +251,8 @@ def markdown(doc: dict[str, Any]) -> str:
         cells = [p for p in doc["predictions"] if p["gradient"] == name]
         first = cells[0]
         grid_rates = list(dict.fromkeys(p["rate"] for p in cells))
-        what = (f"the ConvNet at width {first['width']}" if first["width"] is not None else f"a {name} gradient")
+        what = (f"the ConvNet at width {first['width']}" if isinstance(first["width"], int) else
+                first["width"] if first["width"] is not None else f"a {name} gradient")
         comm_only = first["comm_only"]
         out += ["", f"### {what} ({first['gradient_bytes'] / 1e6:.3g} MB per allreduce)"
                 + (": comm only (pass --compute-ms for whole steps); each cell: Horovod's comm time ÷ native's, then "
@@ -264,10 +282,18 @@ def markdown(doc: dict[str, Any]) -> str:
             "- **Stragglers and contention.** Every node's compute is taken as equal and constant; a slow node, a "
             "switch shared by every link, or Horovod's cycles spanning a step are in the fitted constants only as "
             "far as the 2-node runs showed them.",
-            f"- **Where the measurements end.** Fitted at 2 nodes, link rates {rates}, widths "
-            f"{', '.join(map(str, measured['widths']))}; at the rates predicted (Gbit/s) the host cost h, this "
+            f"- **Where the measurements end.** Fitted at 2 nodes, link rates {rates}, {_models(measured['widths'])}; "
+            "at the rates predicted (Gbit/s) the host cost h, this "
             "machine's copies and reductions, dominates; it would differ on another machine.", ""]
     return "\n".join(out)
+
+
+def _models(keys: list[int | str]) -> str:
+    """`widths 1, 2; resnet18`: the ConvNet's widths, then the registry's models."""
+    widths = [str(k) for k in keys if isinstance(k, int)]
+    names = [k for k in keys if isinstance(k, str)]
+    return "; ".join(part for part in (f"width{'s' if len(widths) > 1 else ''} {', '.join(widths)}" if widths else "",
+                                       ", ".join(names)) if part)
 
 
 def validation_table(rows: list[dict[str, Any]]) -> list[str]:

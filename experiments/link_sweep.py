@@ -1,4 +1,4 @@
-"""One comparison per link rate on a simulated multi-node cluster (cluster/netsim.py), then the regime report.
+"""One comparison per link rate on a simulated multi-node cluster (experiments/netsim.py), then the regime report.
 
 `compare --simulate-nodes N --link-rates a,b,…` lands here: the cluster is built once, and for each rate the links
 are reshaped and the comparison's driver runs inside node 0 as `python -m ray_jobs.compare` with the user's other
@@ -12,9 +12,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from analysis import regime
-from cluster import netsim
-from contract import results
+from experiments import netsim, regime
+from runtime import space
 
 log = logging.getLogger(__name__)
 OWN_FLAGS = ("--simulate-nodes", "--link-rates", "--output-dir", "--reuse-references")
@@ -54,7 +53,7 @@ def run(argv: list[str], nodes: int, rates: list[str], root: Path, workers: list
             code = code or (1 if done.returncode else 0)  # a driver killed by a signal has a negative code
             records.append({**network, "folder": rate, "exit_code": done.returncode,
                             "node0_link_bytes": {k: after[k] - before[k] for k in after}})
-    results.write_json(sweep_dir / regime.NETWORK, {"schema_version": regime.SCHEMA_VERSION,
+    space.write_json(sweep_dir / regime.NETWORK, {"schema_version": regime.SCHEMA_VERSION,
                                                      "sweep_id": sweep_dir.name, "nodes": nodes, "rates": records})
     return sweep_dir, code
 

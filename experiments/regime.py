@@ -1,4 +1,4 @@
-"""The regime report of a link sweep (ray_jobs/link_sweep.py): for each link rate and model width, each backend's
+"""The regime report of a link sweep (experiments/link_sweep.py): for each link rate and model width, each backend's
 steady-state throughput, comm share and achieved link rate, native ÷ Horovod, and where the winner changes; and
 network.png. Read from the sweep's JSON alone, so `compare --render <sweep>` redraws it.
 """
@@ -33,15 +33,30 @@ def load(sweep_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         folder = sweep_dir / rate["folder"]
         if (folder / tuning.GRID).exists():
             grid, comparisons = tuning.load(folder)
-            found = [(s["model_width"], comparisons[s["folder"]]) for s in grid["settings"]]
+            found = [(model_key(s), comparisons[s["folder"]]) for s in grid["settings"]]
         elif (folder / runs.COMPARISON).exists():
             comparison = runs.load(folder)
-            found = [(comparison["settings"]["config"].get("model_width", 1), comparison)]
+            found = [(model_key(comparison["settings"]["config"]), comparison)]
         else:
             found = []  # the run at this rate failed before it wrote anything; network.json keeps its exit code
         cells += [{"rate": rate["link_rate"], "bits": rate["link_bits_per_s"], "width": width,
                    "comparison": comparison} for width, comparison in found]
     return network, cells
+
+
+def model_key(settings: dict[str, Any]) -> int | str:
+    """A cell's model: the ConvNet's width, or a registry model's name."""
+    model = settings.get("model", "convnet")
+    return settings.get("model_width", 1) if model == "convnet" else model
+
+
+def model_order(key: int | str) -> tuple[bool, str]:
+    """ConvNet widths first, by size, then models by name."""
+    return (isinstance(key, str), f"{key:>8}" if isinstance(key, int) else key)
+
+
+def label(key: int | str) -> str:
+    return f"width {key}" if isinstance(key, int) else key
 
 
 def rate_order(network: dict[str, Any]) -> list[str]:
@@ -84,7 +99,7 @@ def table(cells: list[dict[str, Any]], workers: int, order: list[str]) -> str:
     head = ("| link rate | width | backend | steady samples/s, mean (95 % CI), runs | comm share | sent on the link, "
             "per node | nodes used | native ÷ Horovod, paired (95 % CI) | verdict |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
-    for row in sorted(rows(cells, workers), key=lambda r: (r["width"], order.index(r["rate"]),
+    for row in sorted(rows(cells, workers), key=lambda r: (model_order(r["width"]), order.index(r["rate"]),
                                                            BACKENDS.index(r["backend"]))):
         interval = (f"{row['mean']:.0f} ({row['ci95'][0]:.0f}–{row['ci95'][1]:.0f}), n={row['runs']}"
                     if row["ci95"] else f"{row['mean']:.0f}, n={row['runs']}")
@@ -99,7 +114,7 @@ def table(cells: list[dict[str, Any]], workers: int, order: list[str]) -> str:
 def winners(cells: list[dict[str, Any]], workers: int, order: list[str]) -> list[str]:
     """One sentence per width: the verdict at each rate, slowest first, and where it changes."""
     out = []
-    for width in sorted({c["width"] for c in cells}):
+    for width in sorted({c["width"] for c in cells}, key=model_order):
         verdicts = []
         for rate in order:
             cell = next((c for c in cells if c["width"] == width and c["rate"] == rate), None)
@@ -122,7 +137,7 @@ def winners(cells: list[dict[str, Any]], workers: int, order: list[str]) -> list
                 f"{verdict} ({', '.join(rates)})" for verdict, rates in stretches)
         else:
             summary = f"the verdict is the same at every rate measured ({stretches[0][0]})"
-        out.append(f"- width {width}: {said}. So {summary}.")
+        out.append(f"- {label(width)}: {said}. So {summary}.")
     return out
 
 
@@ -132,7 +147,7 @@ def markdown(network: dict[str, Any], cells: list[dict[str, Any]], sizes: Callab
 
     order = rate_order(network)
     first = cells[0]["comparison"]["settings"] if cells else {"workers": [], "repeats": 0}
-    widths = sorted({c["width"] for c in cells})
+    widths = sorted({c["width"] for c in cells}, key=model_order)
     joined = ("joined by a veth pair" if network["nodes"] == 2 else "each joined by a veth pair to one bridge, as to "
               "a switch")
     out = [f"# Native DDP or Horovod across a link: sweep {network['sweep_id']}", "",
@@ -170,12 +185,12 @@ def plot(network: dict[str, Any], cells: list[dict[str, Any]], path: Path) -> No
     workers = max((w for c in cells for w in c["comparison"]["settings"]["workers"]), default=0)
     data = rows(cells, workers)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for width in sorted({r["width"] for r in data}):
+    for width in sorted({r["width"] for r in data}, key=model_order):
         for backend, style in zip(BACKENDS, ("-o", "--s")):
             points = sorted(((order.index(r["rate"]), r["mean"]) for r in data
                              if r["width"] == width and r["backend"] == backend))
             if points:
-                ax.plot(*zip(*points), style, label=f"{backend}, width {width}")
+                ax.plot(*zip(*points), style, label=f"{backend}, {label(width)}")
     ax.set_xticks(range(len(order)), order)
     ax.set(xlabel="link rate between nodes (each node's egress)", ylabel="steady-state samples/s, total",
            title=f"Throughput against link rate, {workers} workers on {network['nodes']} simulated nodes")
@@ -202,9 +217,9 @@ def intervals(network: dict[str, Any], cells: list[dict[str, Any]]) -> list[tupl
     """One verdict-plot row per width, link rate (slowest first) and worker count with a native ÷ Horovod answer."""
     order = rate_order(network)
     out = []
-    for cell in sorted(cells, key=lambda c: (c["width"], order.index(c["rate"]))):
+    for cell in sorted(cells, key=lambda c: (model_order(c["width"]), order.index(c["rate"]))):
         for workers, answer in cell["comparison"]["speed"].items():
-            out.append((f"width {cell['width']}, {cell['rate']}, {workers} worker(s)", answer))
+            out.append((f"{label(cell['width'])}, {cell['rate']}, {workers} worker(s)", answer))
     return out
 
 

@@ -1,0 +1,118 @@
+"""A Ray of the command's own, started as a user starts one: `ray start --head --block`, with a temp folder and free
+ports of its own, in a session of its own, and ended with that session, however the command ends.
+
+The session's leader is a shell that starts `ray start` and then reads a pipe this process holds: when the command
+ends (returns, is signalled, or is SIGKILLed), the pipe closes, and the shell kills every process of the session
+and removes the folder. A session, not a process group: Ray's workers make process groups of their own.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from contract.config import ConfigError
+from contract.errors import RunFailed
+
+START_TIMEOUT_S = 120.0
+STARTED = "Ray runtime started"
+EXITED = "ray start exited with"
+SESSION = (f'"$0" start "$@" </dev/null >"$TMPDIR/start.log" 2>&1 || echo "{EXITED} $?" >>"$TMPDIR/start.log" & '
+           'read _; for p in $(pgrep -s $$); do [ "$p" = $$ ] || kill -KILL "$p" 2>/dev/null; done; rm -rf "$TMPDIR"')
+"""The session's leader: `ray start` in the background, then, once the pipe closes, every other process of the
+session killed and the folder removed."""
+PREFIX = "ray-ddp-vs-horovod-"
+"""The folder's prefix in /tmp: short, as Ray's socket paths must fit 107 bytes."""
+# Ports Ray takes by default for its other components (seen: a free port of 52365 for the dashboard collided with
+# the dashboard agent's default); worker ports are 10002-19999.
+RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365}
+
+
+def free_port() -> int:
+    """A loopback TCP port that nothing listens on now, and none that Ray takes by default."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in RAY_DEFAULT_PORTS:
+            return port
+
+
+def token_path() -> Path:
+    """Where Ray keeps its token (its documented default, or RAY_AUTH_TOKEN_PATH)."""
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()
+
+
+def check_token_folder() -> None:
+    """A Ray of the command's own keeps Ray's secure default, token authentication, and writes a token where there is
+    none: refused before anything starts where it cannot be written (a read-only HOME)."""
+    if os.environ.get("RAY_AUTH_TOKEN") or token_path().is_file():
+        return
+    folder = token_path().parent
+    while not folder.exists():
+        folder = folder.parent  # Ray makes the missing folders: the first that exists must take them
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"the local Ray this run would start writes its token to {token_path()} (Ray's default), "
+                          f"and {folder} cannot be written here; set HOME to a writable folder, point "
+                          "RAY_AUTH_TOKEN_PATH at an existing token, or join a running cluster with RAY_ADDRESS")
+
+
+def program() -> str:
+    """This environment's `ray` command."""
+    return str(Path(sys.executable).with_name("ray"))
+
+
+def cpus() -> int:
+    """The CPUs this command may use (its affinity, as a container's or taskset's limit): what its own Ray offers."""
+    return len(os.sched_getaffinity(0))
+
+
+class OwnRay:
+    """`ray start --head --block` for this command alone; `address` once started, `stop()` to end it. `env` and
+    `flags` on top of this process's environment and the flags below (the tests' clusters take other CPUs)."""
+
+    def __init__(self, env: dict[str, str] | None = None, flags: tuple[str, ...] = (), prefix: str = PREFIX) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+        self.port, self.dashboard_port = free_port(), free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
+        start = ["--head", "--block", f"--temp-dir={self.folder}", f"--port={self.port}",
+                 "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
+                 f"--dashboard-port={self.dashboard_port}", f"--num-cpus={cpus()}",
+                 "--disable-usage-stats", *flags]
+        # TMPDIR: what Ray's dashboard's multiprocessing leaves (pymp-*) goes with the folder.
+        self.session = subprocess.Popen(["sh", "-c", SESSION, program(), *start], stdin=subprocess.PIPE,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                        env={**os.environ, **(env or {}), "TMPDIR": str(self.folder)})
+
+    def wait_started(self) -> None:
+        """Until `ray start` says its runtime started; RunFailed, with its last line, where it exits instead."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        log = self.folder / "start.log"
+        while time.monotonic() < deadline:
+            text = log.read_text(errors="replace") if log.exists() else ""
+            if STARTED in text:
+                return
+            if EXITED in text or self.session.poll() is not None:
+                last = [line for line in text.splitlines() if line.strip() and EXITED not in line][-1:] or ["?"]
+                raise RunFailed(f"the local Ray did not start (`ray start` said: {last[0].strip()[:200]}); run "
+                                "again when the machine is less busy, or start a cluster with `ray start --head` "
+                                "and join it")
+            time.sleep(0.1)
+        raise RunFailed(f"the local Ray did not start within {START_TIMEOUT_S:.0f} s (a busy machine); run again "
+                        "when it is less busy, or start a cluster with `ray start --head` and join it")
+
+    def stop(self, wait_s: float = 10.0) -> None:
+        """Close the pipe: the session's leader kills the rest of the session and removes the folder."""
+        if self.session.stdin and not self.session.stdin.closed:
+            self.session.stdin.close()
+        try:
+            self.session.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.session.poll() is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
