@@ -13,7 +13,7 @@ from pathlib import Path
 from cluster import own_ray, worker_output
 from contract.config import ConfigError
 from contract.errors import RunFailed
-from runtime import cli
+from runtime import signals
 from workload import faults
 
 log = logging.getLogger(__name__)
@@ -101,9 +101,9 @@ def _start_own(env_vars: dict[str, str]) -> str:
 def _stop_own(own: own_ray.OwnRay) -> None:
     """At exit: nothing of the command's own Ray is kept. A command a signal ends does not wait for ray.shutdown(),
     and skips the interpreter's teardown with Ray connected (exit 139)."""
-    if cli.ending_by_signal():
+    if signals.ending():
         own.stop()
-        cli.exit_now(cli.interrupted_exit_code())
+        signals.exit_now(signals.exit_code())
     import ray
 
     with contextlib.suppress(Exception):  # noqa: BLE001 - a shutdown that fails still ends in the stop below

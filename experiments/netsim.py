@@ -39,7 +39,7 @@ from pathlib import Path
 import psutil
 
 from contract.config import ConfigError
-from runtime import cli
+from runtime import signals
 
 log = logging.getLogger(__name__)
 SUBNET = "198.18.0"
@@ -151,7 +151,7 @@ def cluster(nodes: int, cpus_per_node: int, start_ray: bool = True) -> Iterator[
     reap_stale()
     prefix = f"dvh{os.getpid()}"
     sim = Cluster(nodes, prefix, Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir="/tmp")))
-    cli.end_on_sigterm()  # a SIGTERM tears down as Ctrl-C does
+    signals.install()  # a SIGTERM tears down as Ctrl-C does
     try:
         _build_links(sim)
         if start_ray:

@@ -17,7 +17,7 @@ import signal
 import socket
 
 from contract import options
-from runtime import cli, preflight, run_folder
+from runtime import cli, preflight, run_folder, signals
 from workload import data
 
 LAUNCHER = "mp.spawn"
@@ -62,8 +62,8 @@ def main() -> int:
     except KeyboardInterrupt:
         codes = _pass_on_and_wait(ranks) if ranks else []
         if not any(code > 0 for code in codes):  # every rank ended before its handler existed: none said a line
-            cli.say(cli.interrupted_line(cli.interrupted_exit_code() == 143))
-        cli.exit_now(cli.interrupted_exit_code())
+            cli.say(cli.interrupted_line(signals.exit_code() == 143))
+        signals.exit_now(signals.exit_code())
     return 0
 
 
@@ -78,7 +78,7 @@ class _ranks_start_deaf_to_ctrl_c:
         signal.signal(signal.SIGTERM, lambda signum, frame: self.held.append(signum))
 
     def __exit__(self, *exc: object) -> None:
-        cli.end_on_sigterm()
+        signals.install()
         if self.held:
             os.kill(os.getpid(), signal.SIGTERM)  # raised now, where the ranks can be ended
 

@@ -33,7 +33,7 @@ from contract.config import BACKENDS, ConfigError, TrainConfig
 from experiments import link_sweep, netsim, regime
 from launchers import arms
 from ray_jobs import grid, orchestrator
-from runtime import cli, preflight
+from runtime import cli, preflight, signals
 
 log = logging.getLogger(__name__)
 DEFAULT_BUDGET_MIN = 30.0
@@ -168,7 +168,7 @@ def simulate(args: argparse.Namespace, base: TrainConfig, workers: list[int], ba
         sweep_dir, code = link_sweep.run(sys.argv[1:], args.simulate_nodes, rates, root, workers)
     except KeyboardInterrupt:
         log.error("interrupted; the simulated cluster is torn down (namespaces, links and its Ray processes)")
-        return cli.interrupted_exit_code()
+        return signals.exit_code()
     except netsim.ClusterError as error:
         log.error("error: %s; the simulated cluster is torn down", error)
         return 1

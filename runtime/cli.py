@@ -10,14 +10,13 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, fields
-from typing import NoReturn
 
 from contract.config import AFFINITIES, AMP, COMPRESSIONS, DATASETS, ConfigError, TrainConfig
 from contract.errors import DataError, Diverged, PeerLost, RunFailed, launcher_rank, torchrun_restarts_left
+from runtime import signals
 
 CHOICES = {"dataset": DATASETS, "compression": COMPRESSIONS, "amp": AMP, "cpu_affinity": AFFINITIES}
 """Fields that take one of a few names: --help shows them as {a,b,c}; TrainConfig refuses others in one line."""
@@ -63,20 +62,12 @@ RANK_0_LINE_WAIT_S = 10.0
 
 def _leave_the_line_to_rank_0(code: int) -> None:
     """Every rank makes the same refusal and rank 0 says it, but torchrun and horovodrun end the other ranks with
-    SIGTERM once one has exited: rank 1 refusing first ended rank 0 before its line (exit -15, no line; 1 in 5 by
-    hand). So a rank above 0 exits when that SIGTERM comes (rank 0 has exited), and returns after the wait if not."""
-    on_stop_signals(lambda signum, frame: exit_now(code))
+    SIGTERM once one has exited, which could end rank 0 before its line. So a rank above 0 exits when that SIGTERM
+    comes (rank 0 has exited), and returns after the wait if not."""
+    signals.on_stop_signals(lambda signum, frame: signals.exit_now(code))
     deadline = time.monotonic() + RANK_0_LINE_WAIT_S
     while time.monotonic() < deadline:
         time.sleep(0.1)  # short: a signal taken by another thread runs the handler only when this sleep returns
-
-
-def claim_the_line() -> bool:
-    """Whether the caller is the first in this process to say its one line (it now has), for a line written without
-    `say` (os.write, where a lock of print's or logging's may be held)."""
-    global _said
-    first, _said = not _said, True
-    return first
 
 
 def say(message: str, every_rank: bool = False, unless_said: bool = False) -> None:
@@ -175,130 +166,16 @@ def setup_logging(rank: int = 0) -> None:
         logging.getLogger(name).setLevel(logging.INFO if rank == 0 else logging.WARNING)
 
 
-_signal: int | None = None
-"""The signal (SIGTERM or SIGINT) whose KeyboardInterrupt is unwinding the command, once one has arrived."""
-_signalled_at = 0.0
-REPEAT_WINDOW_S = 1.0
-"""timeout(1) sends its signal to the command, then to its whole process group: the command gets it twice."""
-_late: int | None = None
-"""A signal that arrived once the command's main had ended, while its teardown ran."""
-
-
-def end_on_sigterm() -> None:
-    """SIGTERM (`timeout`, a scheduler) unwinds the command as Ctrl-C does (finally blocks, then atexit's teardown of a
-    private Ray and its folder), then exit code 143; installed again after ray.init, which installs its own. As a
-    KeyboardInterrupt because Ray's blocking calls pass only that through (another exception raised there surfaced
-    as a SystemError once training ended), and they raise a new one: `_signal` remembers the signal."""
-    on_stop_signals(_ended)
-
-
-def on_stop_signals(handler: Callable[[int, object], None]) -> None:
-    """`handler` for SIGTERM and Ctrl-C, where a handler can be set (the main thread)."""
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, handler)
-
-
-@contextlib.contextmanager
-def ending_on(signums: tuple[int, ...], end: Callable[[int], NoReturn]) -> Iterator[None]:
-    """`end(signum)` for these signals, from whichever comes first: the Python handler, which runs only once the main
-    thread is back in Python, or a thread reading Python's signal wakeup fd, which the C-level handler writes at once.
-    Where the main thread waits in C++ (ray.init on its GCS; a rank's process group forming) the handler alone came
-    ~30 s late. `end` exits (if it raises, the process exits anyway). The handlers stay after the context."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    # Re-entrant, and entered once: a second signal (timeout's to the process group, then the launcher's copy) runs
-    # its handler inside the first's ending in the same thread, and returns at once so that the ending goes on (it
-    # waited the whole ENDING_WAIT_S on a plain lock: 10 s late, 1 in 3 runs of SIGTERM to mp.spawn).
-    once = threading.RLock()
-    began: list[int] = []
-    ours = os.getpid()
-
-    def at_once(signum: int, wait_s: float) -> None:
-        if os.getpid() != ours:  # a child forked while its exec is pending (Ray's preexec_fn runs Python): not ours
-            return
-        # The main thread waits while the watcher ends the process (going on, it said a lost peer of its own), but
-        # not for ever: a handler can run inside a write that holds a lock the watcher's line needs.
-        if not once.acquire(timeout=wait_s):
-            return
-        if began:
-            once.release()
-            return
-        began.append(signum)
-        try:
-            end(signum)
-        finally:
-            os._exit(128 + signum)
-
-    for signum in signums:
-        signal.signal(signum, lambda signum, frame: at_once(signum, ENDING_WAIT_S))
-    read, write = os.pipe()
-    os.set_blocking(write, False)
-    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-
-    def watch() -> None:
-        with os.fdopen(read, "rb", buffering=0) as received:
-            while (byte := received.read(1)) and byte != _WATCH_ENDS:
-                if byte[0] in signums:
-                    at_once(byte[0], -1)
-
-    watcher = threading.Thread(target=watch, name="stop-signal-watcher", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        signal.set_wakeup_fd(previous)
-        os.write(write, _WATCH_ENDS)  # not the pipe's end alone: a child forked without exec would hold it open
-        os.close(write)
-        watcher.join(timeout=1)
-
-
-_WATCH_ENDS = b"\0"  # no signal has the number 0
-ENDING_WAIT_S = 10.0
-"""How long the main thread's handler waits for the watcher to end the process (it reads peers' heartbeats first)."""
-
-
-def _ended(signum: int, frame: object) -> None:
-    global _signal, _signalled_at
-    if _signal is not None and time.monotonic() - _signalled_at < REPEAT_WINDOW_S:
-        return  # the copy from timeout's process group: raised, it cut the unwinding short (exit 130, once in 18)
-    _signal, _signalled_at = signum, time.monotonic()
-    raise KeyboardInterrupt
-
-
 def interrupted_line(sigterm: bool, what: str = "") -> str:
     how = "ended by SIGTERM" if sigterm else "interrupted (Ctrl-C)"
     return f"{how} before the command finished; {what or 'a run that had not finished wrote no result'}"
 
 
-def exit_now(code: int) -> NoReturn:
-    """End this process at once, its logs and output flushed, skipping the interpreter's teardown and every
-    `finally` (a group shutdown that would wait on a dead peer, a profiler that aborts at exit)."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, OSError, ValueError):  # closed, or None when started closed
-            stream.flush()
-    os._exit(code)
-
-
-def ending_by_signal() -> bool:
-    """Whether a SIGTERM or Ctrl-C is what ends the command (its line said, its teardown running)."""
-    return _signal is not None
-
-
-def interrupted_exit_code() -> int:
-    """130 for Ctrl-C, 143 for SIGTERM, as a shell reports a command the signal ended."""
-    return 143 if _signal == signal.SIGTERM else 130
-
-
 def run(main: Callable[[], int | None]) -> None:
     """Run `main`; a user error becomes one line on stderr and exit code 2, with no traceback; Ctrl-C and SIGTERM one
-    line too, and 130 or 143, once what the command started is torn down."""
-    global _signal
-    _signal = None  # a command run in this process before (the tests) leaves none behind
+    line too, and 130 or 143, once what the command started is torn down (runtime/signals.py)."""
     setup_logging()
-    end_on_sigterm()
+    signals.install()
     whole_process = main.__module__ == "__main__"  # `python -m`: its teardown is the interpreter's exit
     if whole_process:
         atexit.register(_say_a_late_signal)  # first registered, so it runs after the teardown registered later
@@ -306,10 +183,10 @@ def run(main: Callable[[], int | None]) -> None:
         code = main()
     except KeyboardInterrupt as error:
         # A comparison says which of its runs had finished (ray_jobs/orchestrator.py).
-        fail(interrupted_line(_signal == signal.SIGTERM, str(error)), interrupted_exit_code(), unless_said=True)
+        fail(interrupted_line(signals.exit_code() == 143, str(error)), signals.exit_code(), unless_said=True)
     except Exception as error:
-        if _signal is not None:  # what the unwinding raised (seen: a half-imported numpy's AttributeError)
-            fail(interrupted_line(_signal == signal.SIGTERM), interrupted_exit_code(), unless_said=True)
+        if signals.ending():  # what the unwinding raised (seen: a half-imported numpy's AttributeError)
+            fail(interrupted_line(signals.exit_code() == 143), signals.exit_code(), unless_said=True)
         if isinstance(error, PeerLost):  # each attempt's own news, with the restarts left
             fail(str(error), EXIT_CODES[PeerLost], every_rank=True)
         if isinstance(error, tuple(EXIT_CODES)):
@@ -317,21 +194,14 @@ def run(main: Callable[[], int | None]) -> None:
         raise
     finally:
         if whole_process:
-            on_stop_signals(_after_main)
-        else:  # called in a process that goes on (the tests): a private Ray's stop at its exit must not see it
-            _signal = None
+            signals.after_main()
+        else:  # called in a process that goes on (the tests): a Ray of its own stopped at its exit must not see it
+            signals.forget()
     sys.exit(code or 0)
 
 
-def _after_main(signum: int, frame: object) -> None:
-    """A signal while the teardown runs (a private Ray's stop) lets it finish: raised there, it was Python's
-    "Exception ignored in atexit callback" traceback and exit 0."""
-    global _late
-    _late = _late or signum
-
-
 def _say_a_late_signal() -> None:
-    if _late and not _said:
-        name = "SIGTERM" if _late == signal.SIGTERM else "Ctrl-C"
+    if (late := signals.late()) and not _said:
+        name = "SIGTERM" if late == signal.SIGTERM else "Ctrl-C"
         say(f"{name} arrived while the command was stopping, its work done; what it wrote stands")
-        os._exit(128 + _late)
+        os._exit(128 + late)

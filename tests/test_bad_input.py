@@ -28,7 +28,7 @@ from cluster import own_ray, ray_cluster
 from contract.config import TrainConfig
 from contract.results import History
 from launchers import arms
-from runtime import cli
+from runtime import cli, signals
 from tests.conftest import BIN, data_flags, free_port, run_command, run_module
 from workload import checkpoint
 from workload.model import ConvNet
@@ -366,7 +366,7 @@ def as_rank_1(monkeypatch):
     for name, value in {"TORCHELASTIC_RUN_ID": "test", "RANK": "1", "TORCHELASTIC_MAX_RESTARTS": "0"}.items():
         monkeypatch.setenv(name, value)
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    monkeypatch.setattr(cli, "exit_now", lambda code: sys.exit(code))
+    monkeypatch.setattr(signals, "exit_now", lambda code: sys.exit(code))
     yield
     for signum, handler in handlers.items():
         signal.signal(signum, handler)

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from contract.errors import PeerLost, torchrun_restarts_left
-from runtime.cli import exit_now
+from runtime.signals import exit_now
 
 # `all_reduce(tensor, op)` with op "sum" or "max" returns the reduced tensor on every rank.
 AllReduce = Callable[[Tensor, str], Tensor]

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from contract import summary
 from contract.config import TrainConfig
 from contract.errors import PeerLost, launcher_rank
-from runtime import cli, worker_end
+from runtime import cli, signals, worker_end
 from workload import cores, faults
 from workload.distributed import NO_CHECKPOINT_HINT, RESUME_HINTS, DistContext, leave, peer_lost
 from workload.watchdog import Watchdog
@@ -87,17 +87,17 @@ def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> conte
             cli.say(f"ended by {name} from {launcher} during the ranks' start-up, before the run finished (the "
                     f"user's signal passed on, or a rank that failed first, whose own lines say why); {hint}",
                     unless_said=True)
-            cli.exit_now(128 + signum)
+            signals.exit_now(128 + signum)
         if passed_on:
             cli.say(f"ended by {name}, which {launcher} passed on to every rank, before the run finished; {hint}",
                     unless_said=True)
-            cli.exit_now(128 + signum)
+            signals.exit_now(128 + signum)
         stopped = RuntimeError(f"{launcher} ended this rank with {name}")
         cli.say(str(peer_lost(stopped, launcher_rank(), launcher, cfg.checkpoint_dir)), every_rank=True,
                 unless_said=True)
-        cli.exit_now(128 + signum)
+        signals.exit_now(128 + signum)
 
-    return cli.ending_on((signal.SIGTERM,), ended)
+    return signals.ending_on((signal.SIGTERM,), ended)
 
 
 def leave_without_teardown() -> NoReturn:
@@ -105,4 +105,4 @@ def leave_without_teardown() -> NoReturn:
     interpreter's teardown: C++ threads still joinable then abort a rank that had finished ("terminate called without an
     active exception", exit -6): seen once in 32 traced ranks, and once untraced, with bf16 autocast, in a full test
     run."""
-    cli.exit_now(0)
+    signals.exit_now(0)
