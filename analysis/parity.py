@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from itertools import combinations
 from typing import Any
 
+from analysis import text
 from contract.config import BACKENDS
 
 REFERENCE = "reference"
@@ -59,7 +60,7 @@ def verdict(losses: dict[str, list[float]], steps: int, tolerance: float,
         pair = f"{a} vs {b}"
         if not within(pair) and refs[a] != refs[b] and within(f"{a} vs {refs[a]}") and within(f"{b} vs {refs[b]}"):
             explained[pair] = (f"rounding order: each matches the reference that rounds as it does, and those "
-                               f"references differ by {_number(diff(refs[a], refs[b]))}")
+                               f"references differ by {text.number(diff(refs[a], refs[b]))}")
     missing = [run for run in compared_runs if run not in losses]
     passed = not missing and all(within(pair) or pair in explained for pair in pairs)
     compared = min((len(losses[run]) for run in compared_runs if run in losses), default=0)
@@ -74,6 +75,3 @@ def verdict(losses: dict[str, list[float]], steps: int, tolerance: float,
                                     "a step-loss difference exceeds the tolerance"),
     }
 
-
-def _number(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3g}"

@@ -4,7 +4,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from analysis import parity, plots, runs, speed, stats
+from analysis import parity, plots, runs, speed, stats, text
 from contract import models
 from contract.config import AA_SUFFIX, BACKENDS, ConfigError
 
@@ -114,13 +114,13 @@ def table(comparison: dict[str, Any], workers: int) -> str:
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows(comparison, workers):
         rate, ci = r["per_worker"]
-        reached = _seconds(r["time_to_target_s"]) if r["time_to_target_s"] is not None else "not reached"
+        reached = text.seconds(r["time_to_target_s"]) if r["time_to_target_s"] is not None else "not reached"
         scaling = f"{100 * r['scaling']:.0f}%" if r["scaling"] is not None else "—"
         steady = (f"{r['steady']:.0f} ({r['steady_min']:.0f}–{r['steady_max']:.0f}, n={r['runs']})" if r["runs"] > 1
                   else f"{r['steady']:.0f} (n=1)")
         lines.append(
             f"| {r['arm']} | {r['train_loss']:.4f} | {100 * r['test_accuracy']:.2f}% | {rate:.0f} ± {ci:.0f} "
-            f"| {steady} | {_seconds(r['end_to_end_s'])} | {_seconds(r['epoch_time_s'])} "
+            f"| {steady} | {text.seconds(r['end_to_end_s'])} | {text.seconds(r['epoch_time_s'])} "
             f"| {r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms | {100 * r['comm_share']:.1f}% | {reached} "
             f"| {overlap_text(r['overlap'])} | {figure(r['cpu_per_1k'], '.2f')} | {rss(r['peak_rss_per_rank'])} "
             f"| {scaling} | {'yes' if r['buffers_identical'] else 'no'} |"
@@ -212,13 +212,13 @@ def noise_line(comparison: dict[str, Any], workers: int) -> str | None:
         return None
     parts, widths = [], []
     for arm, estimate in floor.items():
-        text = f"{arm} ÷ {arm}{AA_SUFFIX} {ratio_text(estimate)}"
+        said = f"{arm} ÷ {arm}{AA_SUFFIX} {ratio_text(estimate)}"
         if estimate["ci95"] is not None:
             widths.append(stats.stored_half_width(estimate))
             lo, hi = estimate["ci95"]
             if not lo <= 1 <= hi:
-                text += " (the interval excludes 1: this design finds a difference where there is none)"
-        parts.append(text)
+                said += " (the interval excludes 1: this design finds a difference where there is none)"
+        parts.append(said)
     resolution = f"±{100 * max(widths):.1f} %" if widths else "unknown (one repeat gives no interval)"
     return (f"**Resolution here: {resolution}** — the A/A control, each arm against itself, interleaved as the A/B "
             f"arms are: {'; '.join(parts)}.")
@@ -283,7 +283,7 @@ def phases_table(comparison: dict[str, Any], workers: int) -> str:
              head, "|" + "---|" * head.count(" | ") + "---|"]
     for arm, arm_runs in runs.finished(comparison, workers).items():
         m = runs.median_phases(arm_runs)
-        cells = " | ".join(_seconds(m[k]) for k in (*runs.PHASE_LABELS, "eval_time_s", "checkpoint_time_s"))
+        cells = " | ".join(text.seconds(m[k]) for k in (*runs.PHASE_LABELS, "eval_time_s", "checkpoint_time_s"))
         lines.append(f"| {arm} | {len(arm_runs)} | {cells} |")
     return "\n".join(lines)
 
@@ -397,11 +397,11 @@ def report_markdown(comparison: dict[str, Any]) -> str:
                         + (f" ({verdict['why']})" if verdict["why"] else "") + ":", ""]
             explained = verdict.get("explained", {})
             for pair, diff in verdict["max_abs_step_loss_difference"].items():
-                out.append(f"- {pair}: {number(diff)}" + (f" — explained: {explained[pair]}" if pair in explained
+                out.append(f"- {pair}: {text.number(diff)}" + (f" — explained: {explained[pair]}" if pair in explained
                                                            else ""))
             out += identical_parameters(comparison, workers)
             for pair, diff in verdict["informational"].items():
-                out.append(f"- {pair} (information, not part of the verdict): {number(diff)}")
+                out.append(f"- {pair} (information, not part of the verdict): {text.number(diff)}")
     if comparison["not_applicable"]:
         out += ["", "## Not applicable here", ""]
         out += [f"- {n['backend']} with {n['workers']} worker(s): {n['reason']}" for n in comparison["not_applicable"]]
@@ -476,11 +476,4 @@ def identical_parameters(comparison: dict[str, Any], workers: int) -> list[str]:
     return out
 
 
-def number(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3g}"
 
-
-def _seconds(value: float) -> str:
-    if value == 0:
-        return "0 s"
-    return f"{value:.2f} s" if abs(value) < 1 else f"{value:.1f} s"

@@ -111,7 +111,7 @@ def best_lines(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> 
                 verdict = (f"each at its best, interleaved in [{record['folder']}]({record['folder']}/report.md): "
                            f"{answer['sentence'] if answer else 'no round finished on both sides'}")
             else:
-                verdict = "not yet run against each other"
+                verdict = "not run against each other (compare --best-of-each runs that comparison)"
             out.append(f"{head}; {verdict}.")
     return out
 

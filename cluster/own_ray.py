@@ -8,7 +8,6 @@ and removes the folder. A session, not a process group: Ray's workers make proce
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from contract.config import ConfigError
 from contract.errors import RunFailed
+from runtime.launch import free_port
 
 START_TIMEOUT_S = 120.0
 STARTED = "Ray runtime started"
@@ -27,21 +27,6 @@ SESSION = (f'"$0" start "$@" </dev/null >"$TMPDIR/start.log" 2>&1 || echo "{EXIT
 session killed and the folder removed."""
 PREFIX = "ray-ddp-vs-horovod-"
 """The folder's prefix in /tmp: short, as Ray's socket paths must fit 107 bytes."""
-# Ports Ray takes by default for its other components (seen: a free port of 52365 for the dashboard collided with
-# the dashboard agent's default); worker ports are 10002-19999.
-RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365}
-
-
-def free_port() -> int:
-    """A loopback TCP port that nothing listens on now, and none that Ray takes by default."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in RAY_DEFAULT_PORTS:
-            return port
-
-
 def token_path() -> Path:
     """Where Ray keeps its token (its documented default, or RAY_AUTH_TOKEN_PATH)."""
     return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()

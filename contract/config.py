@@ -12,6 +12,8 @@ BACKENDS = ("native", "horovod")
 OWN_LAUNCHERS = {"native": ("torchrun", "mp.spawn"), "horovod": ("horovodrun",)}
 """The launchers each backend ships with, the baselines Ray is measured against: native DDP's torchrun and the
 tutorials' torch.multiprocessing.spawn (native_ddp/spawn.py), Horovod's horovodrun."""
+LAUNCHERS = ("ray", "torchrun", "mp.spawn", "horovodrun")
+"""Every launcher an arm can run under: Ray (Ray Train, RayExecutor), and each backend's own."""
 AA_SUFFIX = "-aa"
 """An A/A twin's label: the same arm run again under a name of its own, interleaved beside it, so that the paired
 ratio of an arm with itself measures the noise floor (`compare --aa`)."""

@@ -2,7 +2,7 @@
 
     python -m experiments.elastic_trials --trials 3 --output-dir results/elastic      # 25 min at the defaults
 
-Each mode trains the ConvNet (workload/elastic.py) on a simulated cluster of --max-workers nodes, one worker each:
+Each mode trains the ConvNet (workload/elastic.py, with each framework's loop in its backend's folder) on a simulated cluster of --max-workers nodes, one worker each:
 
 - ray-native: Ray Train V2, ScalingConfig(num_workers=(min, max)), FailureConfig, a checkpoint each epoch;
 - ray-horovod: Horovod elastic on Ray, RayExecutor(min_workers, max_workers), hvd.elastic.run, TorchState committed
@@ -30,7 +30,7 @@ from contract.config import ConfigError, TrainConfig
 from experiments import elastic_report as figures, netsim, node_loss
 from experiments.node_loss import KILL_EPOCH, KILL_STEP
 from launchers import arms, elastic as drivers
-from runtime import cli, preflight, space
+from runtime import cli, flags, preflight, space
 from workload import data
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def main() -> int:
                         help="seconds from the loss to the node's return (default: 60)")
     parser.add_argument("--output-dir", default="results/elastic", help="runs and the table go into "
                                                                         "<output-dir>/<run-id>/")
-    cli.add_config_flags(parser, exclude=[f.name for f in fields(TrainConfig) if f.name not in TAKEN],
+    flags.add(parser, exclude=[f.name for f in fields(TrainConfig) if f.name not in TAKEN],
                          defaults={"epochs": 30, "dataset": "synthetic"})
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -76,7 +76,7 @@ def main() -> int:
     if args.epochs <= KILL_EPOCH + 1:
         raise ConfigError(f"--epochs must be > {KILL_EPOCH + 1}: the node is lost in epoch {KILL_EPOCH + 1}, "
                           f"got {args.epochs}")
-    cfg = cli.config_from_args(args, workers=args.max_workers)
+    cfg = flags.from_args(args, workers=args.max_workers)
     if cfg.dataset == "synthetic":
         check_length(cfg, cfg.synthetic_train_size, "--synthetic-train-size")
     netsim.check_host(args.max_workers, "python -m experiments.elastic_trials (one simulated node per worker)", "")
@@ -157,7 +157,7 @@ def run(mode: str, cfg: TrainConfig, folder: Path, args: argparse.Namespace, sam
         driver=None if mode == "torchrun" else [sys.executable, "-m", "launchers.elastic", mode,
                                                 str(args.min_workers), str(full), values],
         agent=lambda sim, node: node_loss.torchrun_agent(sim, node, args.min_workers,
-                                                         ["-m", "workload.elastic", values]))
+                                                         ["-m", "native_ddp.elastic", values]))
     return summary(mode, index, outcome, cfg.epochs, samples, full)
 
 

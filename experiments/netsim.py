@@ -39,7 +39,7 @@ from pathlib import Path
 import psutil
 
 from contract.config import ConfigError
-from runtime import signals
+from runtime import launch, signals
 
 log = logging.getLogger(__name__)
 SUBNET = "198.18.0"
@@ -286,7 +286,7 @@ def _kill_and_delete(sim: Cluster) -> None:
                 except ProcessLookupError:
                     pass
             deadline = time.monotonic() + KILL_GRACE_S
-            while (pids := {pid for pid in pids if _alive(pid)}) and time.monotonic() < deadline:
+            while (pids := {pid for pid in pids if launch.running(pid)}) and time.monotonic() < deadline:
                 time.sleep(0.1)
             if not pids:
                 break
@@ -306,7 +306,7 @@ def reap_stale() -> None:
         if match := re.fullmatch(r"dvh(\d+)-(?:n(\d+)|sw)", name):
             stale.setdefault(int(match[1]), set()).add(int(match[2] or 0))
     for pid, nodes in stale.items():
-        if not _alive(pid) or _started_after(pid, Path("/run/netns") / f"dvh{pid}-n0"):
+        if not launch.running(pid) or _started_after(pid, Path("/run/netns") / f"dvh{pid}-n0"):
             log.warning("removing the simulated cluster of run %d, which ended without tearing it down", pid)
             temp = [Path(p) for p in Path("/tmp").glob(f"dvh{pid}-*") if Path(p).is_dir()]
             teardown(Cluster(max(max(nodes) + 1, 3), f"dvh{pid}", temp[0] if temp else Path("/nonexistent")))
@@ -326,18 +326,6 @@ def _started_after(pid: int, made: Path) -> bool:
 def _pids(ns: str) -> list[int]:
     done = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
     return [int(p) for p in done.stdout.split()] if done.returncode == 0 else []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie waits only for its parent to read it; it holds nothing
 
 
 def leftovers(prefix: str = "dvh") -> dict[str, list[str]]:

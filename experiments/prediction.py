@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis import plots
+from analysis import plots, text
 from contract.config import BACKENDS, ConfigError
 from experiments import comm_model
 from experiments.comm_model import Fit, Gradient, Point
@@ -171,27 +171,10 @@ def predictions(fits: dict[str, Fit], compute: dict[str, dict[int, float]], para
 def write(doc: dict[str, Any], folder: Path) -> str:
     """prediction.json, prediction.md and prediction.png into `folder`; returns the Markdown."""
     space.write_json(folder / "prediction.json", doc)
-    text = markdown(doc)
-    (folder / "prediction.md").write_text(text)
+    written = markdown(doc)
+    (folder / "prediction.md").write_text(written)
     plot(doc, folder / "prediction.png")
-    return text
-
-
-def _rate(bits: float | None) -> str:
-    if bits is None:
-        return "unshaped"
-    for unit, size in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if bits >= size:
-            return f"{bits / size:g} {unit}"
-    return f"{bits:g} bit/s"
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.3g} s" if value >= 1 else f"{1e3 * value:.3g} ms"
-
-
-def _pct(value: float) -> str:
-    return f"{100 * value:+.0f} %"
+    return written
 
 
 def _constant(name: str, value: float | None, span: list[float | None]) -> str:
@@ -205,7 +188,8 @@ def _constant(name: str, value: float | None, span: list[float | None]) -> str:
 
 def markdown(doc: dict[str, Any]) -> str:
     measured = doc["measured"]
-    rates = ", ".join(_rate(b) for b in measured["rates_bits_per_s"]) + (", unshaped" if measured["unshaped"] else "")
+    rates = ", ".join(text.rate(b) for b in measured["rates_bits_per_s"]) + (", unshaped" if measured["unshaped"]
+                                                                             else "")
     out = ["# Native DDP or Horovod past this machine: a fitted model of the allreduce", "",
            f"Fitted on the {len(doc['fitted_runs'])} finished 2-node runs of {', '.join(doc['fit_sweeps'])} (link rates "
            f"{rates}; {_models(measured['widths'])}). One step = the worker's compute + the part "
@@ -257,19 +241,19 @@ def markdown(doc: dict[str, Any]) -> str:
         out += ["", f"### {what} ({first['gradient_bytes'] / 1e6:.3g} MB per allreduce)"
                 + (": comm only (pass --compute-ms for whole steps); each cell: Horovod's comm time ÷ native's, then "
                    "each backend's comm time per step (native / Horovod)" if comm_only else ""), "",
-                "| nodes | " + " | ".join(_rate(doc["grid"]["rates"][r]) for r in grid_rates) + " |",
+                "| nodes | " + " | ".join(text.rate(doc["grid"]["rates"][r]) for r in grid_rates) + " |",
                 "|---|" + "---|" * len(grid_rates)]
         for nodes in dict.fromkeys(p["nodes"] for p in cells):
             row = []
             for rate in grid_rates:
                 p = next(c for c in cells if c["nodes"] == nodes and c["rate"] == rate)
                 r = p["native_over_horovod"]
-                text = f"{r['value']:.2f} ({r['range'][0]:.2f}–{r['range'][1]:.2f})"
+                cell = f"{r['value']:.2f} ({r['range'][0]:.2f}–{r['range'][1]:.2f})"
                 if comm_only:
-                    text += f", {_seconds(p['native']['step_s'])} / {_seconds(p['horovod']['step_s'])}"
+                    cell += f", {text.seconds(p['native']['step_s'])} / {text.seconds(p['horovod']['step_s'])}"
                 else:
-                    text += f", {100 * p['native']['efficiency']:.0f} / {100 * p['horovod']['efficiency']:.0f} %"
-                row.append(text + (" †" if p["extrapolated"] else ""))
+                    cell += f", {100 * p['native']['efficiency']:.0f} / {100 * p['horovod']['efficiency']:.0f} %"
+                row.append(cell + (" †" if p["extrapolated"] else ""))
             out.append(f"| {nodes} | " + " | ".join(row) + " |")
     out += ["", "## What the model leaves out", "",
             "- **Latency.** This kernel has no netem: every measured link is a veth with tbf's rate limit and "
@@ -310,13 +294,13 @@ def validation_table(rows: list[dict[str, Any]]) -> list[str]:
             b = row[backend]
             out.append(f"| {row['nodes']} | {row['rate']} | {row['width']} | {backend} | {b['measured_step_s']:.3f} | "
                        f"{b['predicted_step_s']:.3f} ({b['predicted_range_s'][0]:.3f}–{b['predicted_range_s'][1]:.3f})"
-                       f" | {_pct(b['error'])} | {b['compute_used_s']:.3f} / {b['compute_measured_s']:.3f} | "
-                       f"{_pct(b['error_with_measured_compute'])} |")
+                       f" | {text.signed_percent(b['error'])} | {b['compute_used_s']:.3f} / {b['compute_measured_s']:.3f} | "
+                       f"{text.signed_percent(b['error_with_measured_compute'])} |")
         if "native_over_horovod" in row:
             r = row["native_over_horovod"]
             out.append(f"| {row['nodes']} | {row['rate']} | {row['width']} | native ÷ Horovod | {r['measured']:.3f} | "
                        f"{r['predicted']:.3f} ({r['predicted_range'][0]:.3f}–{r['predicted_range'][1]:.3f}) | "
-                       f"{_pct(r['error'])} | | |")
+                       f"{text.signed_percent(r['error'])} | | |")
     errors = [abs(row[k]["error"]) for row in rows for k in (*BACKENDS, "native_over_horovod") if k in row]
     own = [abs(row[k]["error_with_measured_compute"]) for row in rows for k in BACKENDS if k in row]
     within = sum(e <= GOOD_ENOUGH for e in errors)
@@ -338,7 +322,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         for rate in dict.fromkeys(p["rate"] for p in cells):
             line = sorted((p["nodes"], p["native_over_horovod"]) for p in cells if p["rate"] == rate)
             xs = [n for n, _ in line]
-            ax.plot(xs, [r["value"] for _, r in line], "-o", markersize=3, label=_rate(doc["grid"]["rates"][rate]))
+            ax.plot(xs, [r["value"] for _, r in line], "-o", markersize=3, label=text.rate(doc["grid"]["rates"][rate]))
             ax.fill_between(xs, [r["range"][0] for _, r in line], [r["range"][1] for _, r in line], alpha=0.2)
         ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
         ax.set_xscale("log", base=2)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from analysis import plots, report, runs, speed, stats, tuning
+from analysis import plots, report, runs, speed, stats, text, tuning
 from contract.config import BACKENDS, ConfigError
 
 NETWORK = "network.json"
@@ -103,7 +103,7 @@ def table(cells: list[dict[str, Any]], workers: int, order: list[str]) -> str:
                                                            BACKENDS.index(r["backend"]))):
         interval = (f"{row['mean']:.0f} ({row['ci95'][0]:.0f}–{row['ci95'][1]:.0f}), n={row['runs']}"
                     if row["ci95"] else f"{row['mean']:.0f}, n={row['runs']}")
-        link = "—" if row["link_bytes_per_s"] is None else _rate(row["link_bytes_per_s"] * 8)
+        link = "—" if row["link_bytes_per_s"] is None else text.rate(row["link_bytes_per_s"] * 8)
         answer = row["native_over_horovod"]
         lines.append(f"| {row['rate']} | {row['width']} | {row['backend']} | {interval} | "
                      f"{100 * row['comm_share']:.0f} % | {link} | {', '.join(map(str, row['nodes']))} | "
@@ -171,8 +171,8 @@ def markdown(network: dict[str, Any], cells: list[dict[str, Any]], sizes: Callab
         out += [f"- {r['link_rate']}: exit code {r['exit_code']}; see {r['folder']}/" for r in failed]
     out += ["", "Link counters of node 0's interface over each rate's whole comparison (both directions, Ray's "
                 "traffic included): " + "; ".join(
-                    f"{r['link_rate']} {_bytes(r['node0_link_bytes']['tx_bytes'])} sent, "
-                    f"{_bytes(r['node0_link_bytes']['rx_bytes'])} received" for r in network["rates"]) + ".", "",
+                    f"{r['link_rate']} {text.size(r['node0_link_bytes']['tx_bytes'])} sent, "
+                    f"{text.size(r['node0_link_bytes']['rx_bytes'])} received" for r in network["rates"]) + ".", "",
             f"Plots: `{plots.VERDICTS}`, native ÷ Horovod per rate and width with its interval; `network.png`, steady "
             "samples/s against link rate, one line per backend and width. Each rate's "
             "own report is in its folder.", ""]
@@ -205,12 +205,12 @@ def plot(network: dict[str, Any], cells: list[dict[str, Any]], path: Path) -> No
 def render(sweep_dir: str | Path, sizes: Callable[[int], dict[str, int]]) -> str:
     """Write report.md and network.png into the sweep's folder; return the Markdown. `sizes`: as for markdown()."""
     network, cells = load(sweep_dir)
-    text = markdown(network, cells, sizes)
-    (Path(sweep_dir) / "report.md").write_text(text)
+    written = markdown(network, cells, sizes)
+    (Path(sweep_dir) / "report.md").write_text(written)
     plot(network, cells, Path(sweep_dir) / "network.png")
     plots.plot_intervals(intervals(network, cells), Path(sweep_dir) / plots.VERDICTS,
                          "native ÷ Horovod per link rate and width, with its 95 % interval")
-    return text
+    return written
 
 
 def intervals(network: dict[str, Any], cells: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
@@ -222,16 +222,3 @@ def intervals(network: dict[str, Any], cells: list[dict[str, Any]]) -> list[tupl
             out.append((f"{label(cell['width'])}, {cell['rate']}, {workers} worker(s)", answer))
     return out
 
-
-def _rate(bits_per_s: float) -> str:
-    for unit, size in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if bits_per_s >= size:
-            return f"{bits_per_s / size:.1f} {unit}"
-    return f"{bits_per_s:.0f} bit/s"
-
-
-def _bytes(count: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count:.0f} B"

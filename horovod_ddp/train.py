@@ -9,7 +9,7 @@ python -m ray_jobs.train --backend horovod.
 import argparse
 
 from contract import options
-from runtime import cli, preflight, run_folder
+from runtime import cli, flags, preflight, run_folder
 
 # torch and Horovod are imported by the worker once the flags are good: --help and a refused flag answer at once.
 
@@ -17,11 +17,11 @@ from runtime import cli, preflight, run_folder
 def main() -> int:
     parser = cli.Parser(description=__doc__, prog="horovodrun -np N python -m horovod_ddp.train",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli.add_config_flags(parser, exclude=("workers", *options.DDP_ONLY),
+    flags.add(parser, exclude=("workers", *options.DDP_ONLY),
                          defaults={"output_dir": run_folder.DEFAULT})
     args = parser.parse_args()
     output_dir = run_folder.resolve(args.output_dir, "horovod", "horovodrun")
-    cfg = cli.config_from_args(args, output_dir=output_dir).with_absolute_paths()
+    cfg = flags.from_args(args, output_dir=output_dir).with_absolute_paths()
     preflight.check_config(cfg)  # again with the world size once Horovod is up
     run_folder.announce(args.output_dir, output_dir)
     from horovod_ddp.worker import run_horovodrun

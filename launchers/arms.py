@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from contract import options
-from contract.config import AA_SUFFIX, OWN_LAUNCHERS, ConfigError, TrainConfig
+from contract.config import AA_SUFFIX, LAUNCHERS, OWN_LAUNCHERS, ConfigError, TrainConfig
 from launchers import on_ray
 from launchers.ray_failures import RayRunOptions
-from runtime import cli, launch
+from runtime import flags, launch
 
 log = logging.getLogger(__name__)
-LAUNCHERS = ("ray", "torchrun", "mp.spawn", "horovodrun")
 LOG = "launcher.log"
 TORCHRUN_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 """torchrun's shared rendezvous store outlives a restart and its keys carry no attempt number, so restarted ranks
@@ -108,18 +107,18 @@ def command(arm: Arm, cfg: TrainConfig, *, restarts: int = 0, ray_options: RayRu
         extra = [*(["--name", ray_opts.name] if ray_opts.name else []),
                  *(["--storage-path", ray_opts.storage_path] if ray_opts.storage_path else []),
                  *(["--max-failures", str(ray_opts.max_failures)] if ray_opts.max_failures else [])]
-        return [sys.executable, "-m", "ray_jobs.train", "--backend", arm.backend, *cli.config_to_args(cfg), *extra]
+        return [sys.executable, "-m", "ray_jobs.train", "--backend", arm.backend, *flags.to_args(cfg), *extra]
     # Each entry point offers only the options its framework has (compare hands each backend only those).
-    flags = cli.config_to_args(cfg, exclude=("workers", *(options.HOROVOD_ONLY if arm.backend == "native" else
-                                                         options.DDP_ONLY)))
+    given = flags.to_args(cfg, exclude=("workers", *(options.HOROVOD_ONLY if arm.backend == "native" else
+                                                     options.DDP_ONLY)))
     if arm.launcher == "mp.spawn":
-        return [sys.executable, "-m", "native_ddp.spawn", "--workers", str(cfg.workers), *flags]
+        return [sys.executable, "-m", "native_ddp.spawn", "--workers", str(cfg.workers), *given]
     if arm.launcher == "torchrun":
         # --standalone: a private rendezvous on a free port, so runs never collide on torchrun's default 29500.
         return [_executable("torchrun"), "--standalone", "--nproc-per-node", str(cfg.workers),
-                *(["--max-restarts", str(restarts)] if restarts else []), "-m", "native_ddp.train", *flags]
+                *(["--max-restarts", str(restarts)] if restarts else []), "-m", "native_ddp.train", *given]
     return [_executable("horovodrun"), "-np", str(cfg.workers), "--gloo", sys.executable, "-m", "horovod_ddp.train",
-            *flags]
+            *given]
 
 
 def environment(arm: Arm) -> dict[str, str]:

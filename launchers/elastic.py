@@ -37,7 +37,7 @@ def ray_native(cfg: TrainConfig, min_workers: int, max_workers: int) -> int:
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from workload.elastic import ray_train_loop
+    from native_ddp.elastic import ray_train_loop
     _ray_init()
     trainer = TorchTrainer(
         ray_train_loop, train_loop_config=cfg.to_dict(),
@@ -51,7 +51,7 @@ def ray_native(cfg: TrainConfig, min_workers: int, max_workers: int) -> int:
 def ray_horovod(cfg: TrainConfig, min_workers: int, max_workers: int) -> int:
     from horovod.ray import RayExecutor
 
-    from workload.elastic import horovod_fn
+    from horovod_ddp.elastic import horovod_fn
     _ray_init()
     settings = RayExecutor.create_settings(timeout_s=30, nics={os.environ["HOROVOD_GLOO_IFACE"]})
     executor = RayExecutor(settings, min_workers=min_workers, max_workers=max_workers, cpus_per_worker=1,

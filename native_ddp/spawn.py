@@ -14,10 +14,9 @@ import argparse
 import logging
 import os
 import signal
-import socket
 
 from contract import options
-from runtime import cli, preflight, run_folder, signals
+from runtime import cli, flags, launch, preflight, run_folder, signals
 from workload import data
 
 LAUNCHER = "mp.spawn"
@@ -30,10 +29,10 @@ STOP_WAIT_S = 30.0
 def main() -> int:
     parser = cli.Parser(description=__doc__, prog="python -m native_ddp.spawn",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli.add_config_flags(parser, exclude=options.HOROVOD_ONLY, defaults={"output_dir": run_folder.DEFAULT})
+    flags.add(parser, exclude=options.HOROVOD_ONLY, defaults={"output_dir": run_folder.DEFAULT})
     args = parser.parse_args()
     output_dir = run_folder.resolve(args.output_dir, "native", LAUNCHER)
-    cfg = cli.config_from_args(args, output_dir=output_dir).with_absolute_paths()
+    cfg = flags.from_args(args, output_dir=output_dir).with_absolute_paths()
     preflight.check_config(cfg)
     if cfg.checkpoint_dir:  # a checkpoint of another run is refused before any data is made, as torchrun's ranks do
         from workload.run import resume_state
@@ -48,7 +47,7 @@ def main() -> int:
     # Its "Terminating process N via signal SIGTERM", after a rank that failed has said why in its own line.
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     # DDP: the tutorials' env:// rendezvous on this host, on a port free now rather than their fixed 12355.
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(launch.free_port()))
     ranks = None
     try:
         with _ranks_start_deaf_to_ctrl_c():
@@ -97,12 +96,6 @@ def _pass_on_and_wait(ranks) -> list[int]:
             process.kill()
             process.join()
     return [process.exitcode or 0 for process in ranks.processes]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":

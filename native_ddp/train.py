@@ -11,7 +11,7 @@ import os
 
 from contract import options
 from contract.config import ConfigError
-from runtime import cli, preflight, run_folder
+from runtime import cli, flags, preflight, run_folder
 
 # torch is imported by the worker once the flags are good: --help and a refused flag answer at once.
 
@@ -19,11 +19,11 @@ from runtime import cli, preflight, run_folder
 def main() -> int:
     parser = cli.Parser(description=__doc__, prog="torchrun --nproc-per-node N -m native_ddp.train",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli.add_config_flags(parser, exclude=("workers", *options.HOROVOD_ONLY),
+    flags.add(parser, exclude=("workers", *options.HOROVOD_ONLY),
                          defaults={"output_dir": run_folder.DEFAULT})
     args = parser.parse_args()
     output_dir = run_folder.resolve(args.output_dir, "native", "torchrun")
-    cfg = cli.config_from_args(args, output_dir=output_dir).with_absolute_paths()
+    cfg = flags.from_args(args, output_dir=output_dir).with_absolute_paths()
     if "LOCAL_RANK" not in os.environ:
         raise ConfigError("start this module with torchrun --nproc-per-node N -m native_ddp.train, "
                           "or use python -m ray_jobs.train --backend native")

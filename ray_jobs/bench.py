@@ -22,10 +22,10 @@ from typing import Any
 
 from analysis import report, runs
 from analysis.speed import OWN_LAUNCHER_ARMS
-from contract.config import BACKENDS, ConfigError
-from launchers import arms
+from contract.comparison import CompareConfig
+from contract.config import LAUNCHERS, TrainConfig
 from ray_jobs import orchestrator
-from runtime import cli, preflight
+from runtime import cli, flags, preflight
 
 log = logging.getLogger(__name__)
 STEADY_GOAL = 1 / 1.15
@@ -91,17 +91,12 @@ def main() -> int:
     parser.add_argument("--aa", action="store_true",
                         help="also run every arm against a twin of itself and print each A/A ratio: the noise floor "
                              "the other ratios are read against (doubles the runs)")
-    cli.add_config_flags(parser, exclude=("workers", "output_dir", "checkpoint_dir"), defaults={"epochs": 3})
+    flags.add(parser, exclude=("workers", "output_dir", "checkpoint_dir"), defaults={"epochs": 3})
     args = parser.parse_args()
-    workers = orchestrator.parse_workers(args.workers)
-    if args.repeats <= 0:
-        raise ConfigError(f"--repeats must be a positive integer, got {args.repeats}")
-    base = cli.config_from_args(args, workers=1, output_dir=".")
+    cmp = CompareConfig(workers=args.workers, repeats=args.repeats, launchers=",".join(LAUNCHERS), aa=args.aa)
+    base = flags.from_args(args, TrainConfig, workers=1, output_dir=".")
     root = preflight.writable_dir(args.output_dir, "--output-dir")
-    run_dir = orchestrator.compare(base, workers, list(BACKENDS), root, parity_steps=50,
-                                   tolerance=orchestrator.DEFAULT_TOLERANCE, target_accuracy=0.95,
-                                   repeats=args.repeats, launcher_names=list(arms.LAUNCHERS), references=False,
-                                   aa=args.aa)
+    run_dir = orchestrator.compare(base, cmp, root, references=False)
     report.render(run_dir)
     written = runs.load(run_dir)
     log.info("\n%s\n\nruns, report and plots: %s", table(written), run_dir)

@@ -16,39 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from analysis import report, tuning
-from contract import models
-from contract.config import COMPRESSIONS, ConfigError, TrainConfig
+from contract.comparison import LISTS as OPTIONS
+from contract.comparison import CompareConfig
+from contract.config import BACKENDS, COMPRESSIONS, ConfigError, TrainConfig
 from ray_jobs import orchestrator
-from runtime import cli, space
+from runtime import flags, space
 
 log = logging.getLogger(__name__)
-OPTIONS = ("model", "bucket_mb", "compression", "model_width", "cycle_time_ms", "gradient_as_bucket_view")
-"""The options `compare` takes as comma-separated lists."""
 SWITCH = {"off": False, "on": True}
 
 
-def add_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", "--models", dest="model", default="convnet",
-                        help=f"the network(s): {', '.join(models.MODELS)}, or package.module:factory; a "
-                             "comma-separated list runs one comparison per model (default: convnet)")
-    parser.add_argument("--cycle-time-ms", default="0",
-                        help="Horovod only: its background thread's cycle time (HOROVOD_CYCLE_TIME), 0: Horovod's "
-                             "default (1 ms); a comma-separated list runs the grid (default: 0)")
-    parser.add_argument("--gradient-as-bucket-view", nargs="?", const="on", default="off",
-                        help="DDP only: gradients as views into its buckets; off,on runs the grid (default: off)")
-    parser.add_argument("--compression", default="none",
-                        help=f"gradients on the wire in both backends, from {', '.join(COMPRESSIONS)} (DDP: its "
-                             "compress hooks; Horovod: its compressors); a comma-separated list runs the tuning grid "
-                             "(default: none)")
-    parser.add_argument("--bucket-mb", default="0",
-                        help="DDP's bucket_cap_mb and Horovod's fusion threshold, in MiB; 0: each framework's own "
-                             "default (DDP 25, Horovod 128); a comma-separated list runs the tuning grid (default: 0)")
-    parser.add_argument("--model-width", default="1",
-                        help="multiplies the ConvNet's channel counts (1: the tutorial network; the gradient grows "
-                             "towards width²); a comma-separated list runs the grid (default: 1)")
-
-
-def settings(args: argparse.Namespace) -> list[dict[str, Any]]:
+def settings(args: CompareConfig) -> list[dict[str, Any]]:
     """Every combination of the listed values, as TrainConfig overrides; one setting when nothing is a list."""
     compressions = _distinct("--compression", [part.strip() for part in args.compression.split(",")])
     for name in compressions:
@@ -69,7 +47,7 @@ def settings(args: argparse.Namespace) -> list[dict[str, Any]]:
 def with_model_defaults(args: argparse.Namespace, setting: dict[str, Any]) -> dict[str, Any]:
     """`setting` with the batch and data sizes its model takes when the flags leave them to it (0), so that a grid
     of models gives each model its own."""
-    cfg = cli.config_from_args(args, workers=1, output_dir=".", **setting)
+    cfg = flags.from_args(args, TrainConfig, workers=1, output_dir=".", **setting)
     return {**setting, **{name: getattr(cfg, name) for name in MODEL_DEFAULTS}}
 
 
@@ -117,10 +95,11 @@ def _word(value: Any) -> str:
     return str(value).replace(":", "-").replace("/", "-")
 
 
-def run(base: TrainConfig, grid: list[dict[str, Any]], workers: list[int], backends: list[str], root: Path,
-        run_id: str = "", **kwargs: Any) -> Path:
+def run(base: TrainConfig, grid: list[dict[str, Any]], cmp: CompareConfig, root: Path, run_id: str = "",
+        **kwargs: Any) -> Path:
     """One comparison per setting into root/<grid-id>/<setting>/ (grid id: `run_id`, else a timestamp), then
-    grid.json and the tuning report there. A setting that leaves an option out keeps `base`'s value."""
+    grid.json and the tuning report there. A setting that leaves an option out keeps `base`'s value; `kwargs`:
+    orchestrator.compare's."""
     configs = [replace(base, **setting) for setting in grid]
     grid = [{name: getattr(cfg, name) for name in OPTIONS} for cfg in configs]
     varied = [name for name in OPTIONS if len({setting[name] for setting in grid}) > 1]
@@ -132,27 +111,27 @@ def run(base: TrainConfig, grid: list[dict[str, Any]], workers: list[int], backe
         log.info("setting %d/%d: %s", i, len(grid), folder)
         # A link sweep's later rates reuse the same setting's references from its first rate's grid.
         reuse = {"reuse_references": kwargs["reuse_references"] / folder} if kwargs.get("reuse_references") else {}
-        orchestrator.compare(cfg, workers, backends, grid_dir, run_id=folder, **{**kwargs, **reuse})
+        orchestrator.compare(cfg, cmp, grid_dir, run_id=folder, **{**kwargs, **reuse})
         report.render(grid_dir / folder)
         folders.append(folder)
     record = {"schema_version": tuning.SCHEMA_VERSION, "grid_id": grid_dir.name, "varied": varied,
-              "settings": [{"folder": f, **s} for f, s in zip(folders, grid)], "workers": workers,
-              "repeats": kwargs.get("repeats", 1)}
+              "settings": [{"folder": f, **s} for f, s in zip(folders, grid)], "workers": list(cmp.worker_counts),
+              "repeats": cmp.repeats}
     space.write_json(grid_dir / tuning.GRID, record)
-    if set(varied) - {"model", "model_width"} and set(backends) == {"native", "horovod"}:
-        record["best"] = best_against_best(record, configs, workers, backends, grid_dir, kwargs)
+    if cmp.best_of_each and set(varied) - {"model", "model_width"} and set(cmp.backend_names) == set(BACKENDS):
+        record["best"] = best_against_best(record, configs, cmp, grid_dir, kwargs)
         space.write_json(grid_dir / tuning.GRID, record)
     tuning.render(grid_dir)
     return grid_dir
 
 
-def best_against_best(record: dict[str, Any], configs: list[TrainConfig], workers: list[int], backends: list[str],
-                      grid_dir: Path, kwargs: dict[str, Any]) -> dict[str, dict[str, str]]:
+def best_against_best(record: dict[str, Any], configs: list[TrainConfig], cmp: CompareConfig, grid_dir: Path,
+                      kwargs: dict[str, Any]) -> dict[str, dict[str, str]]:
     """Per model whose two backends were best at different settings: one more comparison, each backend at its own
     best, interleaved and paired as any (a fair fight, rather than both at the same setting); {model: its folder}."""
     _, comparisons = tuning.load(grid_dir)
     out = {}
-    for model, found in tuning.bests(record, comparisons, max(workers)).items():
+    for model, found in tuning.bests(record, comparisons, max(cmp.worker_counts)).items():
         if found["native"]["folder"] == found["horovod"]["folder"]:
             continue
         chosen = {b: next(s for s in record["settings"] if s["folder"] == found[b]["folder"]) for b in found}
@@ -160,7 +139,7 @@ def best_against_best(record: dict[str, Any], configs: list[TrainConfig], worker
         folder = f"best-{_word(model)}"
         log.info("%s: native at its best (%s) against Horovod at its best (%s)", model, found["native"]["folder"],
                  found["horovod"]["folder"])
-        orchestrator.compare(base, workers, backends, grid_dir, run_id=folder,
+        orchestrator.compare(base, cmp, grid_dir, run_id=folder,
                              per_backend={b: {k: v for k, v in s.items() if k in OPTIONS} for b, s in chosen.items()},
                              **{**kwargs, "reuse_references": None})
         report.render(grid_dir / folder)

@@ -1,6 +1,9 @@
 """One comparison: every arm repeated and interleaved beside the single-process references, then parity and the speed
 answer per worker count, into <root>/<run-id>/comparison.json. `python -m ray_jobs.compare`, `make bench` and the
 tuning grid run it; analysis/ renders what it writes.
+
+    compare = plan → execute → summarize: the plan checks everything and lists the runs, execute runs them (and the
+    second stage of --target-ci), summarize turns the records into comparison.json's verdicts, a pure function.
 """
 
 import json
@@ -8,7 +11,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,8 @@ from analysis.runs import COMPARISON
 from cluster import worker_output
 from cluster.ray_cluster import check_address, check_local_capacity, connect, require
 from contract import models, options, results
-from contract.config import BACKENDS, ConfigError, TrainConfig
+from contract.comparison import CompareConfig
+from contract.config import BACKENDS, TrainConfig
 from launchers import arms
 from launchers.arms import Arm
 from launchers.ray_failures import user_error
@@ -26,9 +30,7 @@ from runtime import preflight, space
 from workload import data, tracing
 
 log = logging.getLogger(__name__)
-DEFAULT_TOLERANCE = 1e-4
-DEFAULT_WORKERS = "2"
-DEFAULT_REPEATS = 6
+DEFAULT_TOLERANCE = CompareConfig().tolerance
 DEFAULT_EPOCHS = 2
 RUN_KEYS = ("epochs", "final", "step_losses", "peak_rss_mb_per_worker", "parameters_identical_across_ranks",
             "buffers_identical_across_ranks", "parameters_sha256", "options", "phases", "end_to_end_s", "eval_time_s",
@@ -37,26 +39,76 @@ ARTIFACTS = ("trace-rank*.json", tracing.TIMELINE, options.AUTOTUNE_LOG)
 """Files a run may leave beside its results.json that the report links to."""
 
 
-def parse_workers(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise ConfigError(f"--workers takes a comma-separated list of positive integers, got {text!r}") from None
-    if not counts or any(n <= 0 for n in counts) or len(set(counts)) != len(counts):
-        raise ConfigError(f"--workers takes distinct positive integers, got {text!r}")
-    return counts
+@dataclass
+class Plan:
+    """A comparison checked and ready: its settings, its folder, and its runs as (round, arm, workers), in order."""
+
+    base: TrainConfig
+    cmp: CompareConfig
+    run_dir: Path
+    runs: list[tuple[int, Arm, int]]
+    not_applicable: list[dict[str, Any]]
+    network: dict[str, Any] | None = None
+    reused: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    reuse_from: Path | None = None
+    per_backend: dict[str, dict[str, Any]] | None = None
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """--target-ci's second stage per worker count: what the pilot asked for and what was added (execute fills it)."""
+
+    @property
+    def arms(self) -> list[Arm]:
+        return arms.for_backends(list(self.cmp.backend_names), list(self.cmp.launcher_names), self.cmp.aa)
 
 
-def parse_backends(text: str) -> list[str]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [n for n in names if n not in BACKENDS]
-    if unknown or not names:
-        named = ", ".join(unknown) or repr(text)
-        raise ConfigError(f"unknown backend {named} in --backends; choose from {', '.join(BACKENDS)}")
-    return names
+def compare(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool = True, run_id: str = "",
+            network: dict[str, Any] | None = None, reuse_references: Path | None = None,
+            per_backend: dict[str, dict[str, Any]] | None = None) -> Path:
+    """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
+    folder. `network`: the simulated link the runs cross (experiments/link_sweep.py), recorded with every run.
+    `reuse_references`: a comparison of the same settings (a link sweep's first rate) whose finished single-process
+    references stand in for this one's: they never cross a link, so running them again would give the same steps.
+    `per_backend`: options each backend runs with instead of `base`'s (a grid's best of each against each other);
+    then no reference runs and parity is not judged, the backends computing differently on purpose."""
+    planned = plan(base, cmp, root, references=references and not per_backend, run_id=run_id, network=network,
+                   reuse_references=reuse_references, per_backend=per_backend)
+    started = time.monotonic()
+    records = execute(planned, started)
+    comparison = summarize(planned, records, results.environment(), time.monotonic() - started)
+    space.write_json(planned.run_dir / COMPARISON, comparison)
+    return planned.run_dir
 
 
-def plan(workers: list[int], arms: list[Arm], repeats: int,
+def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool = True, run_id: str = "",
+         network: dict[str, Any] | None = None, reuse_references: Path | None = None,
+         per_backend: dict[str, dict[str, Any]] | None = None) -> Plan:
+    """Everything checked before anything runs, the dataset resolved and Ray joined (where an arm runs on it), the
+    folder made, and the runs listed (`runs`)."""
+    backends, launchers, workers = list(cmp.backend_names), list(cmp.launcher_names), list(cmp.worker_counts)
+    check_options(base, backends)
+    arms.check_available(launchers, backends)
+    # Checked (and the dataset resolved) at the most workers: they make the shortest epochs.
+    base = replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths()
+    preflight.check_config(base)
+    on_ray = bool(backends) and "ray" in launchers
+    if on_ray:
+        address = check_address()
+        check_local_capacity(max(workers), base.use_gpu)
+    base = data.resolve(base)
+    run_dir = root / (run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
+    if on_ray:
+        connect(run_dir / worker_output.LOG, address)  # one Ray for every run; its log opens with the first Ray run
+        require(max(workers), base.use_gpu)
+    planned = Plan(base, cmp, run_dir, [], [], network, finished_references(reuse_references) if reuse_references
+                   else {}, reuse_references, per_backend)
+    planned.runs, planned.not_applicable = runs(workers, planned.arms, cmp.repeats,
+                                                emulate_horovod=base.compression != "none" and "horovod" in backends)
+    if not references:
+        planned.runs = [run for run in planned.runs if run[1].launcher != "local"]
+    run_dir.mkdir(parents=True)
+    return planned
+
+
+def runs(workers: list[int], compared: list[Arm], repeats: int,
          emulate_horovod: bool = False) -> tuple[list[tuple[int, Arm, int]], list[dict]]:
     """The runs as (round, arm, workers), in order, and what cannot run here with the reason.
 
@@ -64,140 +116,111 @@ def plan(workers: list[int], arms: list[Arm], repeats: int,
     one that rounds compressed gradients as Horovod does), then every arm `repeats` times in a balanced order
     (A B B A …), so that a slow minute on the machine hits every arm alike.
     """
-    runs, not_applicable = [], []
+    planned, not_applicable = [], []
     for n in workers:
-        runs.append((0, Arm("reference", "local"), n))
+        planned.append((0, Arm("reference", "local"), n))
         if emulate_horovod:
-            runs.append((0, Arm(parity.REFERENCE_HOROVOD, "local"), n))
+            planned.append((0, Arm(parity.REFERENCE_HOROVOD, "local"), n))
         if n > 1:
-            runs.append((0, Arm("global-batch", "local"), n))
-        runs += [(r, arm, n) for r, arm in stats.balanced_order(arms, repeats)]
+            planned.append((0, Arm("global-batch", "local"), n))
+        planned += [(r, arm, n) for r, arm in stats.balanced_order(compared, repeats)]
         if n > 1:
             from workload import reference  # torch, to count GPUs: after the flags are read, not for --help
 
             if reason := reference.dataparallel_unavailable(n):
                 not_applicable.append({"backend": "dataparallel", "workers": n, "reason": reason})
             else:
-                runs.append((0, Arm("dataparallel", "local"), n))
-    return runs, not_applicable
+                planned.append((0, Arm("dataparallel", "local"), n))
+    return planned, not_applicable
 
 
-def compare(base: TrainConfig, workers: list[int], backends: list[str], root: Path, *, parity_steps: int,
-            tolerance: float, target_accuracy: float, repeats: int = 1, launcher_names: list[str] = ("ray",),
-            references: bool = True, run_id: str = "", network: dict[str, Any] | None = None,
-            aa: bool = False, target_ci: float = 0.0, budget_s: float = 0.0,
-            reuse_references: Path | None = None, per_backend: dict[str, dict[str, Any]] | None = None) -> Path:
-    """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
-    folder. `network`: the simulated link the runs cross (experiments/link_sweep.py), recorded with every run. `aa`:
-    every distributed arm also runs against its A/A twin, interleaved alike, for the noise floor. `target_ci` (0.05:
-    ±5 %): the `repeats` rounds are a pilot, and Stein's two-stage procedure adds the rounds its spread says
-    native ÷ Horovod needs for that half-width, as many as `budget_s` (from the start of the first run) allows.
-    `reuse_references`: a comparison of the same settings (a link sweep's first rate) whose finished single-process
-    references stand in for this one's: they never cross a link, so running them again would give the same steps.
-    `per_backend`: options each backend runs with instead of `base`'s (a grid's best of each against each other);
-    then no reference runs and parity is not judged, the backends computing differently on purpose."""
-    if per_backend:
-        references = False
-    launcher_names = list(launcher_names)
-    check_options(base, backends)
-    arms.check_available(launcher_names, backends)
-    # Checked (and the dataset resolved) at the most workers: they make the shortest epochs.
-    base = replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths()
-    preflight.check_config(base)
-    on_ray = bool(backends) and "ray" in launcher_names
-    if on_ray:
-        address = check_address()
-        check_local_capacity(max(workers), base.use_gpu)
-    base = data.resolve(base)
-    run_id = run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    run_dir = root / run_id
-    if on_ray:
-        connect(run_dir / worker_output.LOG, address)  # one Ray cluster for every run; the file opens with the first Ray run
-        require(max(workers), base.use_gpu)
-    runs, not_applicable = plan(workers, arms.for_backends(backends, launcher_names, aa), repeats,
-                                emulate_horovod=base.compression != "none" and "horovod" in backends)
-    if not references:
-        runs = [run for run in runs if run[1].launcher != "local"]
-    run_dir.mkdir(parents=True)
-    started = time.monotonic()
+def execute(planned: Plan, started: float) -> list[dict[str, Any]]:
+    """Every planned run, then the rounds --target-ci's second stage adds; each run's record, finished or failed."""
     records: list[dict[str, Any]] = []
-    reusable = finished_references(reuse_references) if reuse_references else {}
     spent: dict[int, float] = {}  # seconds of distributed runs per worker count, to price a round
-
-    def execute(planned: list[tuple[int, Arm, int]]) -> None:
-        for i, (round_, arm, n) in enumerate(planned, 1):
-            began = time.monotonic()
-            if (reused := reusable.get((arm.label, n))) is not None:
-                records.append(reuse(reused, reuse_references, run_dir, f"[{i}/{len(planned)}]"))
-                continue
-            try:
-                own = replace(base, **(per_backend or {}).get(arm.backend, {}))
-                records.append(run_one(arm, round_, n, own, run_dir, network, f"[{i}/{len(planned)}]", started))
-            except KeyboardInterrupt:
-                failed = sum(r["status"] != "ok" for r in records)
-                raise KeyboardInterrupt(f"{len(records)} run(s) of this comparison had finished"
-                                        f"{f' ({failed} of them failed)' if failed else ''}, the next had not; their "
-                                        f"folders stay in {run_dir}") from None
-            if arm.launcher != "local":
-                spent[n] = spent.get(n, 0.0) + time.monotonic() - began
-
-    execute(runs)
-    stages = {}
-    if target_ci:
+    _run_all(planned, planned.runs, records, spent, started)
+    cmp = planned.cmp
+    if cmp.target_ci:
         # Stein's two-stage procedure: the rounds so far are the pilot; its spread alone fixes how many in all.
-        distributed = arms.for_backends(backends, launcher_names, aa)
-        for n in workers:
-            stage = second_stage(records, n, launcher_names, repeats, target_ci,
-                                 budget_s - (time.monotonic() - started), spent.get(n, 0.0) / repeats)
-            stages[str(n)] = stage
+        for n in cmp.worker_counts:
+            stage = second_stage(records, n, list(cmp.launcher_names), cmp.repeats, cmp.target_ci / 100,
+                                 60 * cmp.budget_min - (time.monotonic() - started), spent.get(n, 0.0) / cmp.repeats)
+            planned.stages[str(n)] = stage
             log.info("two-stage, %d worker(s): %s", n, stage["why"])
             if stage["extra"]:
-                order = stats.balanced_order(distributed, repeats + stage["extra"])
-                execute([(r, arm, n) for r, arm in order if r >= repeats])
-    compared = [arm.label for arm in arms.for_backends(backends, launcher_names)]
-    verdicts, speeds, overheads, noise, costs, cost_noise = {}, {}, {}, {}, {}, {}
-    pilot = repeats if target_ci else None
-    for n in workers:
-        # Parity from each arm's first finished round: every repeat trains the same model.
-        losses = {}
-        for r in sorted(records, key=lambda r: r["round"]):
-            if r["workers"] == n and r["status"] == "ok":
-                losses.setdefault(r["arm"], r["step_losses"])
-        if not per_backend:
-            verdicts[str(n)] = parity.verdict(losses, parity_steps, tolerance, compared)
-        if set(backends) == set(BACKENDS) and (answer := speed.speed(records, n, launcher_names, pilot)):
-            speeds[str(n)] = {**answer, **({"two_stage": stages[str(n)]} if str(n) in stages else {})}
+                order = stats.balanced_order(planned.arms, cmp.repeats + stage["extra"])
+                _run_all(planned, [(r, arm, n) for r, arm in order if r >= cmp.repeats], records, spent, started)
+    return records
+
+
+def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict[str, Any]], spent: dict[int, float],
+             started: float) -> None:
+    """Run `todo` in order, appending each record; a Ctrl-C or SIGTERM says how many had finished."""
+    for i, (round_, arm, n) in enumerate(todo, 1):
+        began = time.monotonic()
+        counter = f"[{i}/{len(todo)}]"
+        if (reused := planned.reused.get((arm.label, n))) is not None:
+            records.append(reuse(reused, planned.reuse_from, planned.run_dir, counter))
+            continue
+        try:
+            own = replace(planned.base, **(planned.per_backend or {}).get(arm.backend, {}))
+            records.append(run_one(arm, round_, n, own, planned.run_dir, planned.network, counter, started))
+        except KeyboardInterrupt:
+            failed = sum(r["status"] != "ok" for r in records)
+            raise KeyboardInterrupt(f"{len(records)} run(s) of this comparison had finished"
+                                    f"{f' ({failed} of them failed)' if failed else ''}, the next had not; their "
+                                    f"folders stay in {planned.run_dir}") from None
+        if arm.launcher != "local":
+            spent[n] = spent.get(n, 0.0) + time.monotonic() - began
+
+
+def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[str, Any],
+              wall_time_s: float) -> dict[str, Any]:
+    """comparison.json from the records alone: parity, the speed verdict, Ray's overhead, the noise floor and the CPU
+    cost per worker count."""
+    cmp, base = planned.cmp, planned.base
+    launchers, backends = list(cmp.launcher_names), list(cmp.backend_names)
+    compared = [arm.label for arm in arms.for_backends(backends, launchers)]
+    pilot = cmp.repeats if cmp.target_ci else None
+    both = set(backends) == set(BACKENDS)
+    out: dict[str, dict[str, Any]] = {k: {} for k in ("parity", "speed", "launcher_overhead", "noise_floor",
+                                                       "cpu_cost", "noise_floor_cpu")}
+    for n in cmp.worker_counts:
+        key = str(n)
+        if not planned.per_backend:
+            out["parity"][key] = parity.verdict(first_losses(records, n), cmp.parity_steps, cmp.tolerance, compared)
+        if both and (answer := speed.speed(records, n, launchers, pilot)):
+            out["speed"][key] = {**answer, **({"two_stage": planned.stages[key]} if key in planned.stages else {})}
+        if both and (cost := speed.cpu_cost(records, n, launchers, pilot)):
+            out["cpu_cost"][key] = cost
         if overhead := speed.launcher_overhead(records, n, pilot):
-            overheads[str(n)] = overhead
-        if set(backends) == set(BACKENDS) and (cost := speed.cpu_cost(records, n, launcher_names, pilot)):
-            costs[str(n)] = cost
-        if aa and (floor := speed.noise_floor(records, n, compared, pilot)):
-            noise[str(n)] = floor
-        if aa and (floor := speed.noise_floor(records, n, compared, pilot, speed.CPU_METRIC)):
-            cost_noise[str(n)] = floor
-    comparison = {
-        "schema_version": 2,
-        "run_id": run_id,
-        "settings": {"config": base.to_dict(), "workers": workers, "backends": backends, "launchers": launcher_names,
-                     "repeats": repeats, "aa": aa, "target_ci": target_ci, "budget_s": budget_s if target_ci else None,
-                     "parity_steps": parity_steps, "tolerance": tolerance,
-                     "target_accuracy": target_accuracy, "speed_metric": speed.METRIC,
-                     **({"per_backend": per_backend} if per_backend else {}),
-                     **({"network": network} if network else {})},
-        "environment": results.environment(),
-        "wall_time_s": time.monotonic() - started,
-        "runs": records,
-        "not_applicable": not_applicable,
-        "parity": verdicts,
-        "speed": speeds,
-        "launcher_overhead": overheads,
-        "noise_floor": noise,
-        "cpu_cost": costs,
-        "noise_floor_cpu": cost_noise,
-        "model": model_record(base, records),
-    }
-    space.write_json(run_dir / COMPARISON, comparison)
-    return run_dir
+            out["launcher_overhead"][key] = overhead
+        for name, metric in (("noise_floor", speed.METRIC), ("noise_floor_cpu", speed.CPU_METRIC)):
+            if cmp.aa and (floor := speed.noise_floor(records, n, compared, pilot, metric)):
+                out[name][key] = floor
+    return {"schema_version": 2, "run_id": planned.run_dir.name, "settings": settings(planned),
+            "environment": environment, "wall_time_s": wall_time_s, "runs": records,
+            "not_applicable": planned.not_applicable, **out, "model": model_record(base, records)}
+
+
+def first_losses(records: list[dict[str, Any]], n: int) -> dict[str, list[float]]:
+    """Each arm's step losses from its first finished round at `n` workers: every repeat trains the same model."""
+    losses: dict[str, list[float]] = {}
+    for r in sorted(records, key=lambda r: r["round"]):
+        if r["workers"] == n and r["status"] == "ok":
+            losses.setdefault(r["arm"], r["step_losses"])
+    return losses
+
+
+def settings(planned: Plan) -> dict[str, Any]:
+    """comparison.json's `settings`: how the comparison was asked for."""
+    cmp = planned.cmp
+    return {"config": planned.base.to_dict(), "workers": list(cmp.worker_counts), "backends": list(cmp.backend_names),
+            "launchers": list(cmp.launcher_names), "repeats": cmp.repeats, "aa": cmp.aa,
+            "target_ci": cmp.target_ci / 100, "budget_s": 60 * cmp.budget_min if cmp.target_ci else None,
+            "parity_steps": cmp.parity_steps, "tolerance": cmp.tolerance, "target_accuracy": cmp.target_accuracy,
+            "speed_metric": speed.METRIC, **({"per_backend": planned.per_backend} if planned.per_backend else {}),
+            **({"network": planned.network} if planned.network else {})}
 
 
 def model_record(cfg: TrainConfig, records: list[dict[str, Any]]) -> dict[str, Any]:

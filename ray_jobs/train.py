@@ -13,7 +13,7 @@ from contract import summary
 from contract.config import BACKENDS
 from launchers import on_ray
 from launchers.ray_failures import RayRunOptions
-from runtime import cli, launch, run_folder
+from runtime import cli, flags, launch, run_folder
 
 # torch and Ray are imported where a run needs them, not here: `--help` and a refused flag answer at once.
 
@@ -22,13 +22,13 @@ def main() -> int:
     parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.train",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=sorted(BACKENDS), default="native", help="native DDP or Horovod")
-    cli.add_config_flags(parser, defaults={"output_dir": run_folder.DEFAULT})
+    flags.add(parser, defaults={"output_dir": run_folder.DEFAULT})
     parser.add_argument("--name", help="run name; the same name and storage path resume from the last checkpoint")
     parser.add_argument("--storage-path", help="where Ray keeps checkpoints (default: ~/ray_results)")
     parser.add_argument("--max-failures", type=int, default=0, help="restarts after a worker failure (default: 0)")
     args = parser.parse_args()
     start = launch.process_started()  # end to end, as the user waits: the process's start, imports included
-    cfg = cli.config_from_args(args, output_dir=run_folder.resolve(args.output_dir, args.backend, "ray"))
+    cfg = flags.from_args(args, output_dir=run_folder.resolve(args.output_dir, args.backend, "ray"))
     options = RayRunOptions(name=args.name, storage_path=args.storage_path, max_failures=args.max_failures)
     doc = on_ray.run(args.backend, cfg, options)
     doc = launch.finish(doc["config"]["output_dir"], start)

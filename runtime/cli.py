@@ -1,25 +1,19 @@
-"""What every command-line entry point shares: flags built from TrainConfig, logging, the one-line error contract."""
+"""What every command-line entry point shares: logging, and the one-line error contract (its flags: runtime/flags.py)."""
 
 import argparse
 import atexit
-import ast
 import contextlib
 import errno
-import inspect
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import MISSING, fields
+from collections.abc import Callable
 
-from contract.config import AFFINITIES, AMP, COMPRESSIONS, DATASETS, ConfigError, TrainConfig
+from contract.config import ConfigError
 from contract.errors import DataError, Diverged, PeerLost, RunFailed, launcher_rank, torchrun_restarts_left
 from runtime import signals
-
-CHOICES = {"dataset": DATASETS, "compression": COMPRESSIONS, "amp": AMP, "cpu_affinity": AFFINITIES}
-"""Fields that take one of a few names: --help shows them as {a,b,c}; TrainConfig refuses others in one line."""
 
 # Settings the user can fix: one line, exit code 2. A diverged run, or one whose peer died, is a failed run: one
 # line, exit code 1.
@@ -79,54 +73,6 @@ def say(message: str, every_rank: bool = False, unless_said: bool = False) -> No
         _said = True
 
 
-def add_config_flags(parser: argparse.ArgumentParser, exclude: Iterable[str] = (),
-                     defaults: dict[str, object] | None = None) -> None:
-    """One flag per TrainConfig field, its help text the field's docstring, so flags and fields never drift.
-
-    `defaults` overrides a field's default for this command (and its --help says so)."""
-    docs = _field_docs()
-    for f in fields(TrainConfig):
-        if f.name in exclude:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not MISSING else None
-        default = (defaults or {}).get(f.name, default)
-        if f.type in (bool, "bool"):
-            parser.add_argument(flag, action="store_true", help=docs.get(f.name))
-        else:
-            kind = {"int": int, "float": float, "str": str}.get(f.type if isinstance(f.type, str) else f.type.__name__)
-            choices = CHOICES.get(f.name)
-            parser.add_argument(flag, type=kind, default=default, help=f"{docs.get(f.name, '')} (default: {default})",
-                                metavar="{" + ",".join(choices) + "}" if choices else None)
-
-
-def config_to_args(cfg: TrainConfig, exclude: Iterable[str] = ()) -> list[str]:
-    """The flags that rebuild `cfg` in another entry point (the inverse of config_from_args)."""
-    out = []
-    for f in fields(TrainConfig):
-        value = getattr(cfg, f.name)
-        if f.name in exclude or value is False:
-            continue
-        out += ["--" + f.name.replace("_", "-")] + ([] if value is True else [str(value)])
-    return out
-
-
-def config_from_args(args: argparse.Namespace, **overrides: object) -> TrainConfig:
-    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
-    return TrainConfig(**{**values, **overrides})
-
-
-def _field_docs() -> dict[str, str]:
-    tree = ast.parse(inspect.getsource(TrainConfig))
-    body = tree.body[0].body
-    docs = {}
-    for node, following in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
-            # Plain text: the docstrings' Markdown backticks would print as they are.
-            docs[node.target.id] = " ".join(str(following.value.value).split()).replace("%", "%%").replace("`", "")
-    return docs
-
-
 PROJECT_LOGGERS = ("__main__", "contract", "runtime", "workload", "native_ddp", "horovod_ddp", "cluster", "launchers",
                    "analysis", "experiments", "ray_jobs", "tests")
 """Every package of the project (tests/test_layout.py checks that none is missing), and a module run as __main__."""
@@ -175,6 +121,7 @@ def run(main: Callable[[], int | None]) -> None:
     """Run `main`; a user error becomes one line on stderr and exit code 2, with no traceback; Ctrl-C and SIGTERM one
     line too, and 130 or 143, once what the command started is torn down (runtime/signals.py)."""
     setup_logging()
+    signals.forget()
     signals.install()
     whole_process = main.__module__ == "__main__"  # `python -m`: its teardown is the interpreter's exit
     if whole_process:

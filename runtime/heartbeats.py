@@ -14,6 +14,8 @@ import shutil
 import time
 from pathlib import Path
 
+from runtime import launch
+
 FOLDER = ".heartbeats"
 REPORT = "stalled"
 QUIET_AFTER_S = 5.0
@@ -94,7 +96,7 @@ def ended_first(output_dir: str, rank: int, world_size: int, seen: set[int]) -> 
             if peer in seen:
                 gone.append(peer)
             continue
-        if peer != rank and SIGNALLED not in words and not (words and _running(words[0])):
+        if peer != rank and SIGNALLED not in words and not (words and launch.running(words[0])):
             gone.append(peer)
     if gone and not folder(output_dir).is_dir():
         return []  # removed as it was read: by the last signalled rank (see leave)
@@ -106,14 +108,6 @@ def every_rank_signalled(output_dir: str, world_size: int) -> bool:
     try:
         return all(SIGNALLED in (folder(output_dir) / f"rank{rank}").read_text().split() for rank in range(world_size))
     except OSError:
-        return False
-
-
-def _running(pid: str) -> bool:
-    """Whether process `pid` runs (a zombie, ended but not yet reaped by its launcher, does not)."""
-    try:
-        return Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, ValueError, IndexError):
         return False
 
 

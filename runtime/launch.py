@@ -1,6 +1,7 @@
 """The launch a process descends from: the command a user typed (torchrun, horovodrun, mp.spawn, or this process),
 when it started, and the launcher's view of a finished run (its phases from that start, contract/phases.py)."""
 
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -60,3 +61,26 @@ def finish(output_dir: str | Path, start: float, returned: float | None = None) 
     doc["end_to_end_s"] = doc["phases"]["launcher_returned"]
     space.write_results(output_dir, doc)
     return doc
+
+
+# Ports Ray takes by default for its other components (seen: a free port of 52365 for the dashboard collided with
+# the dashboard agent's default); worker ports are 10002-19999.
+RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365}
+
+
+def free_port() -> int:
+    """A loopback TCP port that nothing listens on now, and none that Ray takes by default."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in RAY_DEFAULT_PORTS:
+            return port
+
+
+def running(pid: int | str) -> bool:
+    """Whether process `pid` runs: a zombie, ended but not yet read by its parent, does not."""
+    try:
+        return Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, ValueError, IndexError):
+        return False

@@ -32,8 +32,6 @@ _late: int | None = None  # a signal that arrived once main had returned, while 
 
 def install() -> None:
     """Rules 1 and 2 for this command: from its start, and again after a library installed handlers of its own."""
-    global _signal, _raise_again
-    _signal, _raise_again = None, False
     on_stop_signals(_unwind)
     sys.unraisablehook = _swallowed
 
@@ -89,9 +87,9 @@ def late() -> int | None:  # rule 3's signal, if one came
 
 
 def forget() -> None:
-    """After a command run inside a process that goes on (the tests): its signal is not the next one's."""
-    global _signal
-    _signal = None
+    """A command's start, or its end inside a process that goes on (the tests): no signal is the next one's."""
+    global _signal, _raise_again
+    _signal, _raise_again = None, False
 
 
 def exit_now(code: int) -> NoReturn:

@@ -1,10 +1,6 @@
 """Shared fixtures: synthetic data made once per session, and one real local Ray cluster for every Ray test."""
 
-import contextlib
-import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -12,14 +8,10 @@ from pathlib import Path
 import pytest
 
 from cluster import own_ray
-from cluster.own_ray import free_port
+from tests.helpers import TEST_SIZE, TRAIN_SIZE
 from contract.config import TrainConfig
 from workload import data
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-# Small but not trivial: one epoch on 2 workers is 30 steps of 100 digits each.
-TRAIN_SIZE, TEST_SIZE = 6000, 1000
 # Ray Train's controller polls its workers every 2 s, so each Ray Train run ends ~2 s after its training; polling
 # at 0.5 s costs throughput (README: What Ray costs), which no test measures. Every driver here inherits it.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
@@ -62,30 +54,6 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{idle:7.1f} idle of {wall:6.1f} s  {nodeid}")
 
 
-def run_command(command: list[str], env: dict[str, str] | None = None, timeout: float = 300,
-                cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """Run `command` from the repository root (or `cwd`) with this venv first on PATH, as a user would type it."""
-    full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
-
-
-def run_module(module: str, *args: str, launcher: tuple[str, ...] = (), env: dict[str, str] | None = None,
-               timeout: float = 300, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """`[launcher] python -m module args`."""
-    return run_command([*launcher, sys.executable, "-m", module, *args], env=env, timeout=timeout, cwd=cwd)
-
-
-def data_flags(cfg: TrainConfig) -> list[str]:
-    return ["--dataset", "synthetic", "--data-dir", cfg.data_dir, "--synthetic-train-size", str(cfg.synthetic_train_size),
-            "--synthetic-test-size", str(cfg.synthetic_test_size)]
-
-
-def read_results(output_dir: Path) -> dict:
-    from contract import results
-
-    return results.read(output_dir / results.FILENAME)
-
-
 @pytest.fixture(scope="session")
 def base_cfg(tmp_path_factory) -> TrainConfig:
     """A resolved synthetic-data config, its files written once for the whole session."""
@@ -125,34 +93,3 @@ def ray_cluster():
         cluster.stop()
 
 
-def stop_ray(temp_dir: Path) -> None:
-    """Stop a Ray that `ray start --temp-dir temp_dir` (or ray.init) started, by PID: `ray stop` stops every Ray on the
-    host. Its daemons name the folder on their command lines; its workers and agents are their children."""
-    import psutil
-
-    own = [p for p in psutil.process_iter(["cmdline"]) if any(f"{temp_dir}" in arg for arg in p.info["cmdline"] or [])]
-    family = {p.pid: p for p in own}
-    for process in own:
-        with contextlib.suppress(psutil.Error):
-            family.update({child.pid: child for child in process.children(recursive=True)})
-    for process in family.values():
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-    psutil.wait_procs(list(family.values()), timeout=10)
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:
-    """The contract for bad input: exit code 2, one line on stderr that names the fix, no traceback.
-
-    Ray may log its own lines (connecting, authentication) before ours; ours is the only `error:` line, last."""
-    assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert errors == lines[-1:], result.stderr[-2000:]
-    assert "Traceback" not in result.stderr + result.stdout
-    for needle in needles:
-        assert needle in errors[0], errors[0]
-
-
-def dump(doc: dict) -> str:
-    return json.dumps({k: v for k, v in doc.items() if k != "step_losses"}, indent=1)[:3000]

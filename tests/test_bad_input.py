@@ -19,28 +19,15 @@ import pytest
 import torch
 from torchvision.datasets import MNIST
 
-import horovod_ddp.train
-import native_ddp.train
-import native_ddp.spawn
-import ray_jobs.compare
-import ray_jobs.train
 from cluster import own_ray, ray_cluster
 from contract.config import TrainConfig
 from contract.results import History
 from launchers import arms
 from runtime import cli, signals
-from tests.conftest import BIN, data_flags, free_port, run_command, run_module
+from tests.helpers import BIN, ENTRY_POINTS, SYNTHETIC, data_flags, free_port, run_command, run_module, tree
 from workload import checkpoint
 from workload.model import ConvNet
 
-ENTRY_POINTS = {
-    "ray_jobs.train": ray_jobs.train.main,
-    "ray_jobs.compare": ray_jobs.compare.main,
-    "horovod_ddp.train": horovod_ddp.train.main,
-    "native_ddp.train": native_ddp.train.main,  # as torchrun starts it (LOCAL_RANK set)
-    "native_ddp.spawn": native_ddp.spawn.main,
-}
-SYNTHETIC = ["--dataset", "synthetic"]
 
 
 def write_checkpoint(directory: Path, epochs: int = 2, backend: str = "native", launcher: str = "ray",
@@ -105,10 +92,6 @@ def ws(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "0")  # native_ddp.train as torchrun starts it
     monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])  # fails at once, as offline
     return tmp_path
-
-
-def tree(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*")}
 
 
 def assert_refused(entry: str, argv: list[str], needle: str, ws: Path, monkeypatch, capsys) -> str:

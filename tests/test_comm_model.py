@@ -11,7 +11,7 @@ import pytest
 from contract.config import BACKENDS, ConfigError
 from experiments import comm_model, netsim, prediction
 from experiments.comm_model import Constants, Gradient
-from tests.conftest import run_module
+from tests.helpers import run_module
 from workload import model
 
 TRUE = {"native": Constants(alpha_s=0.004, link_efficiency=0.8, host_s_per_byte=2e-8, overlap=0.0),

@@ -7,11 +7,12 @@ import pytest
 
 from analysis import report, runs, stats
 from contract import models, phases, results
+from contract.comparison import CompareConfig
 from contract.config import TrainConfig
 from launchers import arms
 from ray_jobs import compare, orchestrator
-from tests.conftest import assert_one_line_error, data_flags, run_module
-from tests.test_native import assert_trained
+from tests.helpers import assert_one_line_error, data_flags, run_module
+from tests.helpers import assert_trained
 
 pytestmark = pytest.mark.cluster
 
@@ -21,9 +22,8 @@ def comparison_dir(ray_cluster, base_cfg, tmp_path_factory):
     """One small comparison for the module: 2 workers, both backends under Ray, torchrun and horovodrun, two
     interleaved rounds, one epoch (mp.spawn: tests/test_options.py's comparison of every launcher)."""
     root = tmp_path_factory.mktemp("compare")
-    run_dir = orchestrator.compare(base_cfg, [2], ["native", "horovod"], root, parity_steps=30,
-                              tolerance=orchestrator.DEFAULT_TOLERANCE, target_accuracy=0.9, repeats=2,
-                              launcher_names=["ray", "torchrun", "horovodrun"])
+    run_dir = orchestrator.compare(base_cfg, CompareConfig(parity_steps=30, target_accuracy=0.9, repeats=2,
+                                                           launchers="ray,torchrun,horovodrun"), root)
     report.render(run_dir)
     return run_dir
 
@@ -169,8 +169,7 @@ def image_comparison_dir(ray_cluster, base_cfg, tmp_path_factory):
     cfg = TrainConfig(model="resnet18", data_dir=base_cfg.data_dir, epochs=1, warmup_steps=3, max_steps_per_epoch=8,
                       synthetic_train_size=512, synthetic_test_size=64, log_every=10)
     root = tmp_path_factory.mktemp("compare-image")
-    run_dir = orchestrator.compare(cfg, [2], ["native", "horovod"], root, parity_steps=8,
-                                   tolerance=orchestrator.DEFAULT_TOLERANCE, target_accuracy=0.9, repeats=1)
+    run_dir = orchestrator.compare(cfg, CompareConfig(parity_steps=8, target_accuracy=0.9, repeats=1), root)
     report.render(run_dir)
     return run_dir
 

@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 from contract import options
 from contract.config import TrainConfig
-from tests.conftest import free_port
+from tests.helpers import free_port
 from workload import compression
 
 

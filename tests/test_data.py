@@ -12,7 +12,7 @@ import torch
 from torchvision.datasets import MNIST
 
 from contract.config import TrainConfig
-from tests.conftest import assert_one_line_error, run_module
+from tests.helpers import assert_one_line_error, run_module
 from workload import data, synthetic
 
 

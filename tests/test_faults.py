@@ -22,7 +22,7 @@ from contract.config import TrainConfig
 from launchers import arms
 from ray_jobs import fault_trials
 from ray_jobs.fault_trials import ARMS
-from tests.conftest import BIN, TEST_SIZE, TRAIN_SIZE, run_command
+from tests.helpers import BIN, TEST_SIZE, TRAIN_SIZE, run_command
 from workload import data, faults
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]

@@ -13,7 +13,7 @@ from contract import results
 from contract.errors import RunFailed
 from contract.results import History
 from runtime import cli, space
-from tests.test_bad_input import ENTRY_POINTS, SYNTHETIC, tree
+from tests.helpers import ENTRY_POINTS, SYNTHETIC, tree
 from workload import checkpoint
 from workload.model import ConvNet
 

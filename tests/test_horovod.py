@@ -3,8 +3,8 @@ comparison)."""
 
 import pytest
 
-from tests.conftest import BIN, assert_one_line_error, data_flags, read_results, run_command, run_module
-from tests.test_native import assert_trained
+from tests.helpers import BIN, assert_one_line_error, data_flags, read_results, run_command, run_module
+from tests.helpers import assert_trained
 
 pytestmark = pytest.mark.cluster
 

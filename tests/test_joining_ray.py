@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cluster.ray_cluster import local_rays
-from tests.conftest import BIN, REPO, assert_one_line_error, data_flags, free_port, stop_ray
+from tests.helpers import BIN, REPO, assert_one_line_error, data_flags, free_port, stop_ray
 
 pytestmark = pytest.mark.cluster
 

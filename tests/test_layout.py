@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runtime.cli import PROJECT_LOGGERS
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 MAY_IMPORT = {
     "contract": set(),

@@ -7,18 +7,9 @@ import pytest
 
 from launchers.on_ray import run
 from launchers.ray_failures import RayRunOptions
-from tests.conftest import assert_one_line_error, data_flags, dump, free_port, read_results, run_module
+from tests.helpers import assert_one_line_error, assert_trained, data_flags, free_port, read_results, run_module
 
 pytestmark = pytest.mark.cluster
-
-
-def assert_trained(doc: dict, workers: int, launcher: str, backend: str = "native") -> None:
-    assert (doc["backend"], doc["launcher"], doc["workers"], doc["dataset"]) == (backend, launcher, workers, "synthetic")
-    losses = doc["step_losses"]
-    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5, dump(doc)
-    assert doc["final"]["test_accuracy"] > 0.90, dump(doc)
-    assert doc["parameters_identical_across_ranks"] is True
-    assert len(doc["peak_rss_mb_per_worker"]) == workers
 
 
 def test_two_workers_on_ray_resume_by_name_then_from_checkpoint_dir(ray_cluster, cfg, tmp_path):

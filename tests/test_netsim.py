@@ -14,7 +14,7 @@ import pytest
 from contract.config import ConfigError
 from experiments import link_sweep, netsim, regime
 from ray_jobs import orchestrator
-from tests.conftest import REPO, assert_one_line_error, data_flags, run_module
+from tests.helpers import REPO, assert_one_line_error, data_flags, run_module
 from workload import model
 
 RATES = "20mbit,unshaped"

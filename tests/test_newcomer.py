@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from contract import results
-from tests.conftest import BIN, REPO, data_flags
-from tests.test_native import assert_trained
+from tests.helpers import BIN, REPO, data_flags
+from tests.helpers import assert_trained
 
 
 def _footprint() -> set[str]:

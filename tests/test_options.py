@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from analysis import report, runs, tuning
+from contract.comparison import CompareConfig
 from ray_jobs import grid, orchestrator
 
 pytestmark = pytest.mark.cluster
@@ -27,9 +28,8 @@ def small(base_cfg, **options):
 
 
 def run_compare(cfg, root, launchers, **kwargs):
-    run_dir = orchestrator.compare(cfg, [2], ["native", "horovod"], root, parity_steps=20,
-                              tolerance=orchestrator.DEFAULT_TOLERANCE, target_accuracy=0.9, launcher_names=launchers,
-                              **kwargs)
+    run_dir = orchestrator.compare(cfg, CompareConfig(parity_steps=20, target_accuracy=0.9,
+                                                      launchers=",".join(launchers), **kwargs), root)
     report.render(run_dir)
     return runs.load(run_dir), run_dir
 
@@ -101,9 +101,8 @@ def test_the_options_run_under_every_launcher_and_parity_names_the_rounding_orde
 def test_a_traced_tuning_grid_writes_its_table_and_links_every_trace(base_cfg, tmp_path):
     cfg = replace(small(base_cfg), trace=True)
     settings = [{"compression": "none", "bucket_mb": b} for b in (0.01, 25.0)]
-    grid_dir = grid.run(cfg, settings, [2], ["native", "horovod"], tmp_path, parity_steps=20,
-                        tolerance=orchestrator.DEFAULT_TOLERANCE, target_accuracy=0.9, repeats=1,
-                        launcher_names=VANILLA, references=False)
+    grid_dir = grid.run(cfg, settings, CompareConfig(parity_steps=20, target_accuracy=0.9, repeats=1,
+                                                     launchers=",".join(VANILLA)), tmp_path, references=False)
     saved, comparisons = tuning.load(grid_dir)
     assert saved["varied"] == ["bucket_mb"] and list(comparisons) == ["bucket-mb-0.01", "bucket-mb-25"]
     markdown = (grid_dir / "report.md").read_text()

@@ -266,7 +266,7 @@ def test_without_the_aa_control_the_report_claims_no_resolution(tmp_path):
 
 def test_aa_twins_run_under_their_own_labels_interleaved_with_the_arms_they_copy():
     from launchers.arms import for_backends
-    from ray_jobs.orchestrator import plan
+    from ray_jobs.orchestrator import runs as plan
 
     arms = for_backends(["native", "horovod"], ["ray", "torchrun"], aa=True)
     assert [arm.label for arm in arms] == ["native", "horovod", "native/torchrun", "native-aa", "horovod-aa",

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from runtime import launch, run_folder
-from tests.conftest import BIN, REPO, data_flags, read_results, run_module
+from tests.helpers import BIN, REPO, data_flags, read_results, run_module
 
 # What a launcher's rank would compute, printed by a child of a process whose command line names the launcher.
 CHILD = ("import os; from runtime.run_folder import DEFAULT, resolve; "

@@ -14,8 +14,9 @@ import time
 import psutil
 import pytest
 
+from contract.comparison import CompareConfig
 from ray_jobs import orchestrator
-from tests.conftest import BIN, REPO, data_flags
+from tests.helpers import BIN, REPO, data_flags
 
 PRIVATE_RAY = "/tmp/ray-ddp-vs-horovod-*"  # cluster/ray_cluster.py's folder for a Ray of the command's own
 
@@ -144,8 +145,8 @@ def test_an_interrupted_comparison_says_which_runs_had_finished(base_cfg, tmp_pa
     monkeypatch.setattr(orchestrator, "run_one", run_one)
     with pytest.raises(KeyboardInterrupt, match=r"^1 run\(s\) of this comparison had finished, the next had not; "
                                                  rf"their folders stay in {tmp_path}/cmp$"):
-        orchestrator.compare(base_cfg, [2], [], tmp_path, parity_steps=10, tolerance=1e-4, target_accuracy=0.9,
-                             run_id="cmp")
+        orchestrator.compare(base_cfg, CompareConfig(parity_steps=10, target_accuracy=0.9, backends="native",
+                                                     launchers="torchrun"), tmp_path, run_id="cmp")
 
 
 def _command(main_body: str) -> subprocess.Popen:

@@ -16,7 +16,7 @@ from contract import results
 from contract.config import ConfigError, TrainConfig
 from contract.results import History
 from runtime import space
-from tests.conftest import free_port
+from tests.helpers import free_port
 from workload import checkpoint, data, reference, run
 from workload.distributed import DistContext
 from workload.metrics import epoch_timing, mean_ci95

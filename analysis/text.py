@@ -1,0 +1,43 @@
+"""How every report writes its figures: a number, seconds, a link rate, bytes, a signed percentage, and a Markdown
+table; written once, so that the same figure reads the same in every report."""
+
+from collections.abc import Sequence
+
+
+def number(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
+def seconds(value: float) -> str:
+    if value == 0:
+        return "0 s"
+    return f"{value:.2f} s" if abs(value) < 1 else f"{value:.1f} s"
+
+
+def rate(bits_per_s: float | None) -> str:
+    """A link rate: `20 Mbit/s`, `1.5 Gbit/s`, or `unshaped` (None)."""
+    if bits_per_s is None:
+        return "unshaped"
+    for unit, size in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bits_per_s >= size:
+            return f"{bits_per_s / size:.3g} {unit}"
+    return f"{bits_per_s:.3g} bit/s"
+
+
+def size(count: float) -> str:
+    """Bytes in powers of 1000: `45.2 MB`."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count:.0f} B"
+
+
+def signed_percent(value: float) -> str:
+    return f"{100 * value:+.0f} %"
+
+
+def md_table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A Markdown table: the header, its rule, a line per row."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
