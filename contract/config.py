@@ -47,9 +47,9 @@ class TrainConfig:
     num_classes: int = 10
     """Classes of the image models' synthetic images."""
 
-    batch_size: int = 0
-    """Samples per worker per optimizer step; 0: the model's default (100 for convnet and mlp, the tutorials'; 32 for
-    the image models, Horovod's synthetic benchmark's). The global batch is this times `workers`."""
+    batch_size: int | None = None
+    """Samples per worker per optimizer step; unset: the model's (100 for convnet and mlp, the tutorials'; 32 for the
+    image models, Horovod's synthetic benchmark's). The global batch is this times `workers`."""
 
     lr: float = 0.01
     """SGD learning rate, the same in every backend."""
@@ -69,12 +69,12 @@ class TrainConfig:
     data_dir: str = "./data"
     """Where torchvision looks for (and downloads) MNIST, and where synthetic digits are written."""
 
-    synthetic_train_size: int = 0
-    """Training samples generated for synthetic data; 0: the model's default (10000 digits; 2560 images for resnet18,
-    1920 for resnet50, 1024 for vit_b_16)."""
+    synthetic_train_size: int | None = None
+    """Training samples generated for synthetic data; unset: the model's (10000 digits; 2560 images for resnet18, 1920
+    for resnet50, 1024 for vit_b_16)."""
 
-    synthetic_test_size: int = 0
-    """Test samples generated for synthetic data; 0: the model's default (2000 digits; a fifth of the images)."""
+    synthetic_test_size: int | None = None
+    """Test samples generated for synthetic data; unset: the model's (2000 digits; a fifth of the images)."""
 
     workers: int = 1
     """Data-parallel workers (ranks)."""
@@ -191,14 +191,14 @@ class TrainConfig:
         self._check_model()
 
     def _model_defaults(self) -> None:
-        """0 for the batch and the synthetic sizes means the model's own default."""
+        """The batch and the synthetic sizes left unset take the model's own."""
         try:
             spec = models.spec(self.model)
         except ValueError as error:
             raise ConfigError(str(error)) from None
         for name, default in (("batch_size", spec.batch_size), ("synthetic_train_size", spec.train_size),
                               ("synthetic_test_size", spec.test_size)):
-            if getattr(self, name) == 0:
+            if getattr(self, name) is None:
                 setattr(self, name, default)
 
     def _check_model(self) -> None:

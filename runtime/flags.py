@@ -30,11 +30,18 @@ def add(parser: argparse.ArgumentParser | Any, config: type = TrainConfig, exclu
         if f.type in (bool, "bool"):
             parser.add_argument(*names, action="store_true", help=docs.get(f.name))
             continue
-        kind = {"int": int, "float": float, "str": str}.get(f.type if isinstance(f.type, str) else f.type.__name__)
         choices = CHOICES.get(f.name)
         extra = {"nargs": "?", "const": (bare or {})[f.name]} if f.name in (bare or {}) else {}
-        parser.add_argument(*names, type=kind, default=default, help=f"{docs.get(f.name, '')} (default: {default})",
+        shown = "the model's" if default is None else default
+        parser.add_argument(*names, type=_kind(f.type), default=default,
+                            help=f"{docs.get(f.name, '')} (default: {shown})",
                             metavar="{" + ",".join(choices) + "}" if choices else None, dest=f.name, **extra)
+
+
+def _kind(annotation: object) -> type:
+    """int, float or str from a field's annotation (`int | None`: int, unset by default)."""
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    return {"int": int, "float": float, "str": str}[name.split("|")[0].strip()]
 
 
 def to_args(cfg: Any, exclude: Iterable[str] = ()) -> list[str]:
