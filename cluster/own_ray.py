@@ -32,10 +32,16 @@ def token_path() -> Path:
     return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()
 
 
+def wants_token() -> bool:
+    """Whether a Ray of the command's own takes Ray's secure default, token authentication: unless RAY_AUTH_MODE
+    says otherwise."""
+    return os.environ.get("RAY_AUTH_MODE", "token").strip().lower() == "token"
+
+
 def check_token_folder() -> None:
-    """A Ray of the command's own keeps Ray's secure default, token authentication, and writes a token where there is
-    none: refused before anything starts where it cannot be written (a read-only HOME)."""
-    if os.environ.get("RAY_AUTH_TOKEN") or token_path().is_file():
+    """A Ray of the command's own with token authentication writes a token where there is none: refused before
+    anything starts where it cannot be written (a read-only HOME)."""
+    if not wants_token() or os.environ.get("RAY_AUTH_TOKEN") or token_path().is_file():
         return
     folder = token_path().parent
     while not folder.exists():
@@ -69,10 +75,15 @@ class OwnRay:
                  "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
                  f"--dashboard-port={self.dashboard_port}", f"--num-cpus={cpus()}",
                  "--disable-usage-stats", *flags]
-        # TMPDIR: what Ray's dashboard's multiprocessing leaves (pymp-*) goes with the folder.
-        self.session = subprocess.Popen(["sh", "-c", SESSION, program(), *start], stdin=subprocess.PIPE,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                        env={**os.environ, **(env or {}), "TMPDIR": str(self.folder)})
+        try:
+            # TMPDIR: what Ray's dashboard's multiprocessing leaves (pymp-*) goes with the folder.
+            self.session = subprocess.Popen(["sh", "-c", SESSION, program(), *start], stdin=subprocess.PIPE,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                            start_new_session=True,
+                                            env={**os.environ, **(env or {}), "TMPDIR": str(self.folder)})
+        except BaseException:  # a signal before the session exists: the folder is this call's to remove
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
 
     def wait_started(self) -> None:
         """Until `ray start` says its runtime started; RunFailed, with its last line, where it exits instead."""

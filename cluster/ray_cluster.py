@@ -33,6 +33,11 @@ def connect(log_file: Path, address: str | None) -> None:
     this command's own; `address`: what check_address() decided before anything started.
 
     Ray's and Horovod's own lines go to `log_file`, the project's to the output (cluster/worker_output.py)."""
+    own = starts_own_ray()
+    if own:
+        # Ray's secure default for a cluster started with `ray start`: token authentication, unless this environment
+        # turned it off; read by Ray when it is imported, just below.
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
     import ray
 
     worker_output.route(log_file)
@@ -41,7 +46,7 @@ def connect(log_file: Path, address: str | None) -> None:
         return
     # Ray starts workers from its raylet, not from this driver: the test-only fault variable must be passed on.
     env_vars = {faults.ENV: os.environ[faults.ENV]} if os.environ.get(faults.ENV) else {}
-    if starts_own_ray():
+    if own:
         address, actors = _start_own(env_vars), {}
     else:
         actors = {"RAY_ADDRESS": gcs} if (gcs := address or _recorded_or_given()) else {}
@@ -77,16 +82,16 @@ def _init(ray: object, address: str | None, env_vars: dict[str, str]) -> None:
 
 
 def _start_own(env_vars: dict[str, str]) -> str:
-    """A Ray for this command alone (cluster/own_ray.py), token authentication on as Ray's default would have it;
-    its address. Its actors get its dashboard for Ray's state API (see _recorded_or_given)."""
+    """A Ray for this command alone (cluster/own_ray.py), in this driver's authentication mode (see connect), with a
+    token written where there is none; its address. Its actors get its dashboard for Ray's state API (see
+    _recorded_or_given)."""
     own_ray.check_token_folder()
-    if not (os.environ.get("RAY_AUTH_TOKEN") or own_ray.token_path().is_file()):
+    if own_ray.wants_token() and not (os.environ.get("RAY_AUTH_TOKEN") or own_ray.token_path().is_file()):
         import subprocess
 
         subprocess.run([str(Path(sys.executable).with_name("ray")), "get-auth-token", "--generate"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    os.environ["RAY_AUTH_MODE"] = "token"
-    own = own_ray.OwnRay(env={"RAY_AUTH_MODE": "token", FAILURE_HANDLER: "0"})
+    own = own_ray.OwnRay(env={FAILURE_HANDLER: "0"})
     atexit.register(_stop_own, own)
     try:
         own.wait_started()
