@@ -37,6 +37,10 @@ BN_NOTE = (
 )
 
 
+BUSY_SHARE = 0.25
+"""Share of the cores other processes may take while a run measures before the report says so."""
+
+
 def render(run_dir: str | Path) -> str:
     """Write report.md, verdicts.png, loss.png, throughput.png and overhead.png into run_dir from its
     comparison.json; return the Markdown."""
@@ -224,6 +228,22 @@ def noise_line(comparison: dict[str, Any], workers: int) -> str | None:
             f"arms are: {'; '.join(parts)}.")
 
 
+def load_line(comparison: dict[str, Any], workers: int) -> str | None:
+    """A caveat where other processes took more than BUSY_SHARE of the cores while runs at `workers` measured, and
+    whether they hit the arms unevenly (the interleaving spreads a steady load, not a burst)."""
+    shares = {arm: [r["machine_load"]["others_share"] for r in arm_runs if r.get("machine_load")]
+              for arm, arm_runs in runs.finished(comparison, workers).items()}
+    worst = max((max(v) for v in shares.values() if v), default=0.0)
+    if worst <= BUSY_SHARE:
+        return None
+    by_arm = "; ".join(f"{arm} {100 * statistics.median(v):.0f} %" for arm, v in shares.items() if v)
+    medians = [statistics.median(v) for v in shares.values() if v]
+    uneven = (" It fell unevenly on the arms, so the speed verdict may carry it." if max(medians) - min(medians) >
+              BUSY_SHARE / 2 else "")
+    return (f"**Measured on a busy machine**: other processes used up to {100 * worst:.0f} % of the cores while these "
+            f"runs measured (median by arm: {by_arm}); not a quiet-machine result.{uneven}")
+
+
 def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
     s = comparison["settings"]
     if not set(BACKENDS) <= set(s["backends"]):
@@ -233,7 +253,8 @@ def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
     for arm in (a, b):
         arm_runs = [r for r in comparison["runs"] if r["workers"] == workers and r["arm"] == arm]
         counts.append(f"{arm} finished {sum(r['status'] == 'ok' for r in arm_runs)} of {len(arm_runs)} run(s)")
-    return f"no round in which both {a} and {b} finished ({'; '.join(counts)}; see Failed runs)"
+    failed = any(r["status"] != "ok" for r in comparison["runs"])
+    return f"no round in which both {a} and {b} finished ({'; '.join(counts)}{'; see Failed runs' if failed else ''})"
 
 
 def ratio_text(estimate: dict[str, Any]) -> str:
@@ -385,7 +406,11 @@ def report_markdown(comparison: dict[str, Any]) -> str:
             out += [cost, ""]
         if noise := noise_line(comparison, workers):
             out += [noise, ""]
-        out += [table(comparison, workers) if ran else "No run finished at this worker count; see Failed runs."]
+        if load := load_line(comparison, workers):
+            out += [load, ""]
+        failed = any(r["status"] != "ok" for r in comparison["runs"])
+        out += [table(comparison, workers) if ran else
+                "No run finished at this worker count" + ("; see Failed runs." if failed else ".")]
         if overhead := overhead_table(comparison, workers):
             out += ["", overhead]
         if ran:

@@ -39,6 +39,8 @@ def load(run_dir: str | Path) -> dict[str, Any]:
     missing = [k for k in REQUIRED if not isinstance(comparison, dict) or k not in comparison]
     if missing:
         raise ConfigError(f"{path} is not a comparison (it lacks {', '.join(missing)}); {fix}")
+    if not isinstance(comparison["runs"], list) or not comparison["runs"]:
+        raise ConfigError(f"{path} holds no run, so there is nothing to render; {fix}")
     if comparison["schema_version"] != SCHEMA_VERSION:
         raise ConfigError(f"{path} has schema version {comparison['schema_version']!r}, this renderer reads "
                           f"{SCHEMA_VERSION}; rerun python -m ray_jobs.compare")

@@ -20,7 +20,9 @@ records go to the file.
 
 import contextlib
 import logging
+import os
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,6 +72,10 @@ class _Router:
         self.full = True
         with contextlib.suppress(OSError):  # closed even when its last flush fails, so exit does not retry it
             self.file.close()
+        with contextlib.suppress(OSError):  # its last line whole: what a cut-short write left is taken back
+            text = self.path.read_bytes()
+            with open(self.path, "r+b") as file:
+                file.truncate(text.rfind(b"\n") + 1)
 
     def open(self) -> None:
         with self.lock:
@@ -146,6 +152,24 @@ def _plain(record: logging.LogRecord) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _stderr_into(file: TextIO | None) -> Iterator[None]:
+    """File descriptor 2 into `file` for the block: what Ray's C++ core worker writes there (seen: "core_worker.cc:
+    Attempting to recover 1 lost objects" beside the run's one line) goes to ray.log with Ray's other lines."""
+    if file is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def route(path: Path) -> None:
     """Before ray.init: the driver's Ray and Horovod records go to `path` (the first route of a process wins: one
     file per command)."""
@@ -170,6 +194,7 @@ def one_run(workers: int) -> Iterator[None]:
     _router.open()
     with _router.ended:
         _router.ends = 0
-    yield
+    with _stderr_into(_router.file):
+        yield
     if not _router.wait(workers, END_WAIT_S):
         log.debug("not every worker's last lines arrived within %.0f s", END_WAIT_S)

@@ -131,9 +131,13 @@ def points(sweep_dirs: list[str], gradient: Callable[[int, float], Gradient],
 
 def _point(run: dict[str, Any], backend: str, network: dict[str, Any], cell: dict[str, Any], config: dict[str, Any],
            sweep_dir: str, burst: Callable[[float], int]) -> Point:
-    nodes = len({p["node_id"] for p in run.get("placement") or []}) or network["nodes"]
-    step = config["batch_size"] * run["workers"] / run[speed.METRIC]
-    share = run["epochs"][-1]["comm_share"]
+    nodes = len({p["node_id"] for p in run.get("placement") or []}) or network.get("nodes", 0)
+    rate, share = run.get(speed.METRIC), (run.get("epochs") or [{}])[-1].get("comm_share")
+    if not (_finite_number(rate) and rate > 0 and _finite_number(share) and 0 <= share <= 1 and nodes):
+        raise ConfigError(f"{sweep_dir}: {backend}'s run of round {run.get('round', '?')} at {cell['rate']} has "
+                          f"{speed.METRIC} {rate!r} and comm share {share!r}, not a rate and a share: the sweep is "
+                          "damaged; rerun it, or leave it out")
+    step = config["batch_size"] * run["workers"] / rate
     overlap = run.get("overlap") or {}
     return Point(backend=backend, nodes=nodes, bits_per_s=cell["bits"], rate=cell["rate"], width=cell["width"],
                  bucket_mb=config.get("bucket_mb", 0.0), step_s=step, compute_s=step * (1 - share),
@@ -216,6 +220,10 @@ class Fit:
                 "residual_max": max(map(abs, self.residuals))}
 
 
+def _finite_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _finite(value: float) -> float | None:
     """JSON has no infinity: an η the fit did not bound (no shaped link measured, or the link term not needed)."""
     return value if math.isfinite(value) else None
@@ -236,6 +244,9 @@ def fit(backend: str, fitted: list[Point], gradient: Callable[[int | str, float]
     if len({(p.rate, p.width) for p in fitted}) < 2:
         raise ConfigError(f"{backend}: the fit needs runs at two or more link rates or widths, got "
                           f"{len(fitted)} run(s); pass a sweep made with --link-rates a,b (or --model-width a,b)")
+    if len(fitted) <= len(Constants.__dataclass_fields__) - 1:
+        raise ConfigError(f"{backend}: the fit of 3 constants needs more runs than that, at least 4, got "
+                          f"{len(fitted)}; pass a sweep with more rates or widths, or made with --repeats 2")
     x = np.array([features(backend, gradient(p.width, p.bucket_mb), p.bucket_mb, p.nodes, p.bits_per_s, p.burst)
                   for p in fitted])
     compute = np.array([p.compute_s for p in fitted])

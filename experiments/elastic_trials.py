@@ -19,6 +19,7 @@ changes and their times), elastic.png and every run's timeline, and prints the t
 import argparse
 import json
 import logging
+import math
 import sys
 from dataclasses import fields, replace
 from datetime import datetime, timezone
@@ -71,8 +72,8 @@ def main() -> int:
     if not 2 <= args.max_workers <= netsim.MAX_NODES:
         raise ConfigError(f"--max-workers takes 2 to {netsim.MAX_NODES} (one simulated node each; one is lost, the "
                           f"rest go on), got {args.max_workers}")
-    if not args.return_after_s > 0:
-        raise ConfigError(f"--return-after-s must be > 0, got {args.return_after_s}")
+    if not (math.isfinite(args.return_after_s) and args.return_after_s > 0):
+        raise ConfigError(f"--return-after-s must be > 0 and finite, got {args.return_after_s}")
     if args.epochs <= KILL_EPOCH + 1:
         raise ConfigError(f"--epochs must be > {KILL_EPOCH + 1}: the node is lost in epoch {KILL_EPOCH + 1}, "
                           f"got {args.epochs}")

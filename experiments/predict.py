@@ -71,6 +71,8 @@ def main() -> int:
     for sweep in args.sweeps:
         if not (Path(sweep) / "network.json").is_file():
             raise ConfigError(f"{sweep} holds no network.json; pass folders written by compare --simulate-nodes")
+    if len({Path(s).resolve() for s in args.sweeps}) != len(args.sweeps):
+        raise ConfigError("a sweep folder is given twice: each run would count twice in the fit; name each once")
     if not os.access(folder, os.W_OK):
         raise ConfigError(f"{folder} is not writable; the prediction is written into the first folder given")
     from workload import model  # torch: each width's gradient, bucketed as DDP buckets it

@@ -28,6 +28,10 @@ def load(sweep_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     except (OSError, ValueError) as error:
         raise ConfigError(f"{sweep_dir / NETWORK} cannot be read ({error}); pass a folder written by "
                           "compare --simulate-nodes") from None
+    if not (isinstance(network, dict) and isinstance(network.get("rates"), list) and all(
+            isinstance(r, dict) and {"folder", "link_rate", "link_bits_per_s"} <= set(r) for r in network["rates"])):
+        raise ConfigError(f"{sweep_dir / NETWORK} is not a sweep's record (it lacks its rates, or a rate its folder); "
+                          "pass a folder written by compare --simulate-nodes")
     cells = []
     for rate in network["rates"]:
         folder = sweep_dir / rate["folder"]

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contract import options
+from contract import options, results
 from contract.config import AA_SUFFIX, LAUNCHERS, OWN_LAUNCHERS, ConfigError, TrainConfig
+from contract.errors import RunFailed
 from launchers import on_ray
 from launchers.ray_failures import RayRunOptions
 from runtime import flags, launch
@@ -77,6 +78,9 @@ def check_available(launchers: list[str], backends: list[str]) -> None:
             raise ConfigError(f"--launchers {launcher} runs "
                               f"{next(b for b, names in OWN_LAUNCHERS.items() if launcher in names)}, "
                               f"which --backends leaves out; add it or drop {launcher}")
+        if shutil.which("setpriv") is None:
+            raise ConfigError(f"--launchers {launcher}: `setpriv` (util-linux) is not on PATH here, which ends a "
+                              "launcher with the comparison; install util-linux, or leave {launcher} out")
         if launcher != "mp.spawn" and _executable(launcher) is None:  # mp.spawn is this Python's
             raise ConfigError(f"--launchers {launcher}: `{launcher}` is not on PATH here; run `make install` and "
                               f"activate .venv, or leave {launcher} out")
@@ -93,7 +97,11 @@ def run(arm: Arm, cfg: TrainConfig) -> dict[str, Any]:
         on_ray.launch(arm.backend, cfg, RayRunOptions())
     else:
         _run_command(arm, cfg)
-    return launch.finish(cfg.output_dir, start)
+    try:
+        return launch.finish(cfg.output_dir, start)
+    except RunFailed:  # a disk full as the phases went in: a run that failed leaves no results.json
+        (Path(cfg.output_dir) / results.FILENAME).unlink(missing_ok=True)
+        raise
 
 
 def command(arm: Arm, cfg: TrainConfig, *, restarts: int = 0, ray_options: RayRunOptions | None = None) -> list[str]:
@@ -149,8 +157,10 @@ def _run_command(arm: Arm, cfg: TrainConfig) -> None:
     with log_path.open("w") as out:
         # In a session of its own, and sent SIGTERM when the comparison is interrupted, so that the launcher ends its
         # ranks: subprocess.run would SIGKILL it, and torchrun's ranks, in sessions of their own, would train on.
-        done = subprocess.Popen(command(arm, cfg), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=environment(arm), start_new_session=True)
+        # SIGTERM from the kernel too when the comparison dies without a word (SIGKILL): its parent-death signal.
+        done = subprocess.Popen(["setpriv", "--pdeathsig", "SIGTERM", *command(arm, cfg)], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment(arm),
+                                start_new_session=True)
         wait(done)
     if done.returncode:
         lines = [line for line in log_path.read_text(errors="replace").splitlines() if "error" in line.lower()]

@@ -4,6 +4,7 @@ Ray Train's HorovodTrainer would need the deprecated Train V1 (RAY_TRAIN_V2_ENAB
 would also move the native backend off Train V2; RayExecutor works with the pinned Ray as it is.
 """
 
+import contextlib
 import logging
 from typing import Any
 
@@ -37,6 +38,8 @@ def run(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
             attempt += 1
             # Bad settings or a diverged run fail the same way every time: no retry.
             if attempt > options.max_failures or not cfg.checkpoint_dir or user_error(error):
+                with contextlib.suppress(AttributeError):
+                    error.retries = attempt - 1  # how many times it was retried, for the run's one line
                 raise
             log.warning("attempt %d failed (%s); resuming from %s", attempt, _last_line(error), cfg.checkpoint_dir)
         finally:

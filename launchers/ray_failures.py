@@ -1,6 +1,7 @@
 """A run on Ray, as the launchers ask for it and as it fails: the options (--name, --storage-path, --max-failures),
 the folder it checkpoints to, and a Ray failure turned into the one line that says what failed and how to go on."""
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -68,34 +69,55 @@ def user_error(error: BaseException) -> BaseException | None:
 
 
 def worker_failure(error: BaseException, options: RayRunOptions, resume_hint: str) -> BaseException | None:
-    """One line for a run that failed because a Ray worker died or lost its peer, or None for other errors.
+    """One line for a run that failed because a Ray worker, Ray Train's controller or the Ray node died, or a worker
+    lost its peer; None for other errors.
 
-    Ray raises these with the dead actor's whole story (several tracebacks); what the user needs is which worker
-    died and how to go on. A worker that only lost its peer is named only when no worker died; where Ray cannot
-    tell which worker went first, every failed rank is named.
+    Ray raises these with the dead actor's whole story (several tracebacks); what the user needs is what died and how
+    to go on. A worker that only lost its peer is named only when no worker died; where Ray cannot tell which worker
+    went first, every failed rank is named.
     """
-    from ray.exceptions import RayActorError, RayError
+    from ray.exceptions import RayError
 
-    try:
-        from ray.train.v2.api.exceptions import TrainingFailedError
-    except ImportError:  # Train V1
-        from ray.train import TrainingFailedError
-    if not isinstance(error, (RayError, TrainingFailedError, PeerLost)):
+    if not isinstance(error, (RayError, _training_failed(), PeerLost)):
         return None
     failures = dict(getattr(error, "worker_failures", None) or {None: error})
     died = {rank: cause for rank, cause in failures.items() if not isinstance(cause, PeerLost)} or failures
     rank, cause = min(died.items(), key=lambda item: -1 if item[0] is None else item[0])
-    who = "a Ray worker" if rank is None else f"worker rank {rank}"
-    if isinstance(cause, RayActorError):
-        what = "died (its process exited: killed, out of memory, or crashed)"
-    else:
-        lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
-        what = f"failed ({type(cause).__name__}: {(lines[0] if lines else '')[:160]})"
+    who, what = _who_died(cause, rank)
     if len(ranks := sorted(r for r in died if r is not None)) > 1:
         # A worker that loses its peer ends its process too (distributed.leave), and Ray's health check, every 2 s,
-        # can then find both gone with the same error (seen: rank 1 killed, rank 0 blamed): none is singled out.
+        # can then find both gone with the same error: none is singled out.
         who = f"worker ranks {', '.join(map(str, ranks))}"
         what += ": one died (killed, out of memory, or crashed) and a worker that loses its peer ends too"
-    retries = f"retr{'y' if options.max_failures == 1 else 'ies'}"
-    tried = f" after {options.max_failures} {retries}" if options.max_failures else ""
+    retried = getattr(error, "retries", options.max_failures if isinstance(error, _training_failed()) else 0)
+    tried = f" after {retried} retr{'y' if retried == 1 else 'ies'}" if retried else ""
     return PeerLost(f"{who} {what}{tried}; {resume_hint}")
+
+
+def _training_failed() -> type:
+    """Ray Train's error once its FailureConfig's retries are spent."""
+    try:
+        from ray.train.v2.api.exceptions import TrainingFailedError
+    except ImportError:  # Train V1
+        from ray.train import TrainingFailedError
+    return TrainingFailedError
+
+
+DIED = "died (its process exited: killed, out of memory, or crashed)"
+
+
+def _who_died(cause: BaseException, rank: int | None) -> tuple[str, str]:
+    """What died, from Ray's error: Ray Train's controller (which no FailureConfig restarts), the Ray node (its raylet:
+    every actor on it unreachable), or a worker."""
+    from ray.exceptions import ActorUnavailableError, RayActorError
+
+    text = str(cause)
+    if isinstance(cause, ActorUnavailableError) or "node has died" in text or "raylet" in text.lower():
+        return "the Ray node this run used", "went away (its raylet exited: killed, out of memory, or crashed)"
+    if isinstance(cause, RayActorError) and re.search(r"class_name: TrainController\b", text):
+        return "Ray Train's controller", f"{DIED}; Ray Train restarts its workers, never its controller"
+    if isinstance(cause, RayActorError):
+        return ("a Ray worker" if rank is None else f"worker rank {rank}"), DIED
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (("a Ray worker" if rank is None else f"worker rank {rank}"),
+            f"failed ({type(cause).__name__}: {(lines[0] if lines else '')[:160]})")

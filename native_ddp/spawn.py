@@ -21,6 +21,9 @@ from workload import data
 
 LAUNCHER = "mp.spawn"
 STOP_WAIT_S = 30.0
+JOIN_GRACE_S = 3.0
+"""Once a rank has failed, how long the others get to end on their own, then after mp.spawn's SIGTERM, before it
+kills them: its default, 30 s, kept the command alive that long beside a stopped rank, which SIGTERM cannot end."""
 """How long the ranks get to end after the SIGTERM passed on to them (each says its line) before they are killed."""
 
 # torch is imported once the flags are good: --help and a refused flag answer at once.
@@ -53,7 +56,7 @@ def main() -> int:
         with _ranks_start_deaf_to_ctrl_c():
             ranks = mp.start_processes(spawned_rank, args=(cfg.to_dict(), cfg.workers), nprocs=cfg.workers,
                                        join=False, start_method="spawn")
-        while not ranks.join():
+        while not ranks.join(grace_period=JOIN_GRACE_S):
             pass
     except mp.ProcessExitedException as failed:
         # The failed rank, or the peer it left, said why in its one line; torchrun, too, exits 1 with no line of ours.

@@ -23,6 +23,7 @@ from cluster.ray_cluster import check_address, check_local_capacity, connect, re
 from contract import models, options, results
 from contract.comparison import CompareConfig
 from contract.config import BACKENDS, TrainConfig
+from contract.errors import RunFailed
 from launchers import arms
 from launchers.arms import Arm
 from launchers.ray_failures import user_error
@@ -34,7 +35,8 @@ DEFAULT_TOLERANCE = CompareConfig().tolerance
 DEFAULT_EPOCHS = 2
 RUN_KEYS = ("epochs", "final", "step_losses", "peak_rss_mb_per_worker", "parameters_identical_across_ranks",
             "buffers_identical_across_ranks", "parameters_sha256", "options", "phases", "end_to_end_s", "eval_time_s",
-            "checkpoint_time_s", "placement", "model", "overlap", "cpu_s_per_1k_samples", "peak_rss_bytes")
+            "checkpoint_time_s", "placement", "model", "overlap", "cpu_s_per_1k_samples", "peak_rss_bytes",
+            "machine_load")
 ARTIFACTS = ("trace-rank*.json", tracing.TIMELINE, options.AUTOTUNE_LOG)
 """Files a run may leave beside its results.json that the report links to."""
 
@@ -258,10 +260,20 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path, net
                 **{k: doc.get(k) for k in RUN_KEYS}, **({"network": network} if network else {}),
                 speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]}
     except Exception as error:  # noqa: BLE001 - a failed run is recorded in the report, and the rest go on
-        error = user_error(error) or error
-        message = " ".join(f"{type(error).__name__}: {error}".split())[:500]
+        message = failure_line(user_error(error) or error, cfg.output_dir)
         log.error("%s: FAILED: %s", what, message)
         return {**record, "status": "failed", "error": message}
+
+
+def failure_line(error: BaseException, folder: str) -> str:
+    """A failed run in one line: the error's first line (Ray's and the launchers' carry whole tracebacks), or, where a
+    full disk is behind it anywhere, the full disk's line."""
+    text = str(error)
+    if isinstance(error, OSError) and space.is_full(error) or "No space left on device" in text:
+        error = error if isinstance(error, RunFailed) else space.full(folder, "the run's files")
+        text = str(error)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return space.shorten(f"{type(error).__name__}: {first}", 500)
 
 
 def finished_references(folder: Path) -> dict[tuple[str, int], dict[str, Any]]:

@@ -127,6 +127,7 @@ def run(main: Callable[[], int | None]) -> None:
     if whole_process:
         atexit.register(_say_a_late_signal)  # first registered, so it runs after the teardown registered later
     try:
+        working_directory()
         code = main()
     except KeyboardInterrupt as error:
         # A comparison says which of its runs had finished (ray_jobs/orchestrator.py).
@@ -145,6 +146,16 @@ def run(main: Callable[[], int | None]) -> None:
         else:  # called in a process that goes on (the tests): a Ray of its own stopped at its exit must not see it
             signals.forget()
     sys.exit(code or 0)
+
+
+def working_directory() -> None:
+    """A command run from a folder that was removed since: refused here, not as torch's libraries failing to load
+    (Intel oneMKL's "FATAL ERROR", exit 2 and nothing else)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise ConfigError("the working directory no longer exists (it was removed after this shell entered it); cd "
+                          "into an existing folder and run the command again") from None
 
 
 def _say_a_late_signal() -> None:

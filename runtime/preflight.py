@@ -2,6 +2,7 @@
 
 import math
 import os
+import zipfile
 from pathlib import Path
 
 from contract import models
@@ -130,6 +131,17 @@ def checkpoint_bytes(cfg: TrainConfig) -> int:
     return max(CHECKPOINT_BYTES_PER_WIDTH2 * cfg.model_width ** 2, 2 * 2 * weights + (1 << 20))
 
 
+CHECKPOINT = "checkpoint.pt"
+
+
+def check_checkpoint_file(path: Path) -> None:
+    """A checkpoint there must be a torch.save archive: anything else is refused without loading torch (seconds on a
+    busy machine); workload/checkpoint.py reads one that is."""
+    if path.exists() and not (path.is_file() and zipfile.is_zipfile(path)):
+        raise ConfigError(f"{path} is not a readable checkpoint (not a torch.save archive); delete it or choose another "
+                          "checkpoint folder")
+
+
 def check_model(cfg: TrainConfig) -> None:
     """A user's `module:factory` resolves: its module is imported here, so that a typo is refused before anything."""
     if models.is_factory(cfg.model):
@@ -151,6 +163,7 @@ def check_config(cfg: TrainConfig) -> None:
         writable_dir(cfg.data_dir, "--data-dir")
     if cfg.checkpoint_dir:
         writable_dir(cfg.checkpoint_dir, "--checkpoint-dir")
+        check_checkpoint_file(Path(cfg.checkpoint_dir).expanduser() / CHECKPOINT)
         free_space(cfg.checkpoint_dir, "--checkpoint-dir", checkpoint_bytes(cfg),
                    "two checkpoints while one replaces the other")
     if cfg.dataset == "synthetic" or models.spec(cfg.model).inputs == models.IMAGES:

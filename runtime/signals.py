@@ -10,7 +10,6 @@
    `ending_on` ends the process from a thread that reads Python's signal wakeup fd.
 """
 
-import _thread
 import contextlib
 import logging
 import os
@@ -58,7 +57,8 @@ def _swallowed(unraisable: object) -> None:
     global _raise_again
     if isinstance(getattr(unraisable, "exc_value", None), KeyboardInterrupt) and _signal is not None:
         _raise_again = True
-        _thread.interrupt_main(signal.SIGINT)  # delivered to _unwind, outside the finalizer
+        # Sent from a thread a moment later: raised here or now it would be swallowed again, inside this hook.
+        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
         return
     sys.__unraisablehook__(unraisable)
 

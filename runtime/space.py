@@ -24,6 +24,11 @@ def size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def shorten(text: str, limit: int) -> str:
+    """`text`, or its words up to `limit` characters and an ellipsis: never a word cut in two."""
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
+
+
 def is_full(error: OSError) -> bool:
     return error.errno in (errno.ENOSPC, errno.EDQUOT)
 

@@ -6,6 +6,7 @@ The tables call each entry point's real `main` through `cli.run` in this process
 """
 
 import http.server
+import json
 import os
 import signal
 import subprocess
@@ -48,6 +49,9 @@ SETUPS = {
     "garbage-checkpoint": lambda ws: write_file(ws / "ckpt" / checkpoint.FILENAME, b"\x80garbage, not torch.save"),
     "corrupt-comparison": lambda ws: write_file(ws / "run" / "comparison.json", b'{"run_id": "x", "settings": {'),
     "empty-comparison": lambda ws: write_file(ws / "run" / "comparison.json", b"{}"),
+    "no-runs-comparison": lambda ws: write_file(ws / "run" / "comparison.json", json.dumps({
+        "schema_version": 2, "run_id": "x", "settings": {}, "environment": {}, "wall_time_s": 1.0, "runs": [],
+        "parity": {"2": {"verdict": "PASS"}}, "not_applicable": [], "speed": {"2": {"ratio": 1.14}}}).encode()),
     "binary-comparison": lambda ws: write_file(ws / "run" / "comparison.json", b"\xff\xfe\x00garbage"),
     "idx-folder": lambda ws: (ws / "mnist" / "MNIST" / "raw" / "train-images-idx3-ubyte").mkdir(parents=True),
     "truncated-synthetic": lambda ws: truncated_synthetic(ws / "data"),
@@ -248,6 +252,11 @@ TABLE = [
     case("ray_jobs.compare", ["--render", "{ws}/run"], "cannot be read as JSON", "binary-comparison"),
     case("ray_jobs.compare", ["--render", "{ws}/run"], "is not a comparison (it lacks schema_version, run_id",
          "empty-comparison"),
+    # A comparison that ran nothing renders no verdict, whatever its file claims.
+    case("ray_jobs.compare", ["--render", "{ws}/run"], "holds no run, so there is nothing to render",
+         "no-runs-comparison"),
+    case("ray_jobs.compare", ["--backends", "native,native"], "--backends lists a name twice"),
+    case("ray_jobs.compare", ["--target-ci", "150"], "--target-ci is a half-width in percent from 0 to 50"),
 
     case("horovod_ddp.train", ["--lr", "inf"], "--lr must be a finite number"),
     case("horovod_ddp.train", ["--output-dir", "{ws}/a-file"], "is a file, not a folder"),
@@ -452,3 +461,17 @@ def test_a_local_ray_that_does_not_start_is_one_line_exit_1_and_leaves_no_folder
     err = capsys.readouterr().err
     assert exited.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith("error: the local Ray did not start") and not made[0].exists() and shutdowns == [True]
+
+
+def test_a_working_directory_removed_under_the_shell_is_one_line(tmp_path):
+    """Seen: Intel oneMKL's "FATAL ERROR: Cannot load libtorch_cpu.so", exit 2 and nothing else, once data was made."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = f"import os, runpy, sys; os.chdir({str(gone)!r}); os.rmdir({str(gone)!r}); " \
+           f"sys.argv = ['ray_jobs.train', '--output-dir', {str(tmp_path / 'out')!r}, '--data-dir', " \
+           f"{str(tmp_path / 'data')!r}]; runpy.run_module('ray_jobs.train', run_name='__main__')"
+    done = run_command([sys.executable, "-c", code])
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == ("error: the working directory no longer exists (it was removed after this shell entered "
+                           "it); cd into an existing folder and run the command again\n")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "data").exists()

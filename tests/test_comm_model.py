@@ -184,6 +184,8 @@ def test_predict_validates_on_more_nodes_and_writes_its_three_files(tmp_path):
     (["{two}", "--gradient-mb", "-5"], "--gradient-mb takes positive sizes"),
     (["{two}", "--compute-ms", "0"], "--compute-ms takes a positive number"),
     (["{two}", "--model-width", "", "--gradient-mb", ""], "nothing to predict"),
+    (["{two}", "{two}"], "a sweep folder is given twice"),
+    (["{two}"], "the fit of 3 constants needs more runs than that, at least 4, got 2"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, says):
     two = _sweep(tmp_path / "two", 2, {"10mbit": 10e6, "unshaped": None}, [1], repeats=1)
@@ -192,6 +194,25 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, says):
     assert done.returncode == 2 and says in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert sorted(p.name for p in two.rglob("*")) == before
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda run: run.update(steady_samples_per_s=-1), "steady_samples_per_s -1 and comm share"),
+    (lambda run: run.update(steady_samples_per_s="NaN"), "steady_samples_per_s 'NaN' and comm share"),
+    (None, "is not a sweep's record (it lacks its rates"),
+])
+def test_damaged_sweep_data_is_one_line_exit_2(tmp_path, damage, says):
+    two = _sweep(tmp_path / "two", 2, {"10mbit": 10e6, "unshaped": None}, [1, 2, 4])
+    if damage is None:
+        (two / "network.json").write_text("{}")
+    else:
+        path = two / "10mbit" / "w2" / "comparison.json"
+        comparison = json.loads(path.read_text())
+        damage(comparison["runs"][0])
+        path.write_text(json.dumps(comparison))
+    done = run_module("experiments.predict", str(two))
+    assert done.returncode == 2 and says in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert "Traceback" not in done.stderr and not (two / "prediction.md").exists()
 
 
 def test_a_sweep_of_one_cell_is_refused_for_the_fit(tmp_path):

@@ -125,6 +125,7 @@ def test_the_trials_write_every_run_the_membership_events_and_a_plot(tmp_path):
     (["--trials", "0"], "--trials must be >= 1"),
     (["--epochs", "2"], "--epochs must be > 2"),
     (["--return-after-s", "-1"], "--return-after-s must be > 0"),
+    (["--return-after-s", "inf"], "--return-after-s must be > 0 and finite, got inf"),
     (["--synthetic-train-size", "2000"], "--synthetic-train-size must hold more than 10 full steps"),
 ])
 def test_bad_input_is_refused_before_anything_is_created(argv, needle, monkeypatch, tmp_path):

@@ -80,3 +80,24 @@ def test_ray_s_own_lines_on_a_full_disk_are_dropped_without_a_logging_traceback(
         router.write("x" * 200 + "\n")
     assert router.full and "Logging error" not in capsys.readouterr().err
     assert Path(tiny_disk / "ray.log").stat().st_size <= 4096
+
+
+def test_ray_s_log_on_a_full_disk_ends_with_a_whole_line(tiny_disk):
+    """Seen: ray.log cut mid-line where the disk filled."""
+    router = worker_output._Router(tiny_disk / "ray.log")
+    router.open()
+    for _ in range(100):
+        router.write("y" * 333 + "\n")
+    assert router.full and (tiny_disk / "ray.log").read_bytes().endswith(b"\n")
+
+
+def test_a_run_that_failed_on_a_full_disk_says_so_in_one_line_whatever_raised(tmp_path):
+    """Seen: a run's line carrying Ray's whole traceback ("OSError: [Errno 28] … During handling of the above
+    exception, another exception occurred: Traceback …")."""
+    from ray_jobs.orchestrator import failure_line
+
+    chained = RuntimeError("Training failed.\nTraceback (most recent call last):\n  OSError: [Errno 28] No space left "
+                           "on device: '/out/.ray-train'\nDuring handling of the above exception, another exception")
+    assert failure_line(chained, "/out") == ("RunFailed: no space left in /out: the run's files could not be written; "
+                                             "free some space there (or choose another folder) and run again")
+    assert failure_line(RuntimeError("torchrun exited with 1\nmore"), "/out") == "RuntimeError: torchrun exited with 1"

@@ -312,3 +312,26 @@ def test_without_ray_native_is_compared_under_the_first_of_its_own_launchers_tha
     doc["settings"]["launchers"] = ["mp.spawn", "horovodrun"]
     doc["speed"]["2"]["launcher"] = "own launchers"
     assert "steady-state samples/s, native/mp.spawn and horovod/horovodrun: " in report.speed_line(doc, 2)
+
+
+def test_a_run_measured_beside_other_work_carries_a_caveat_and_a_quiet_one_none():
+    doc = comparison()
+    for r in doc["runs"]:
+        if r["status"] == "ok":
+            busy = 0.6 if r["arm"] == "horovod" and r["workers"] == 2 else 0.05
+            r["machine_load"] = {"others_share": busy, "steal_share": 0.0, "busy_share": 1.0, "cores": 2.0,
+                                 "wall_s": 5.0}
+    assert report.load_line(doc, 1) is None
+    line = report.load_line(doc, 2)
+    assert line.startswith("**Measured on a busy machine**: other processes used up to 60 % of the cores")
+    assert "horovod 60 %" in line and "native 5 %" in line and "unevenly" in line
+
+
+def test_what_else_used_the_host_is_its_busy_time_less_the_ranks_own_plus_steal():
+    from workload import host_load
+    start, end = host_load.Sample(busy_s=100.0, steal_s=1.0), host_load.Sample(busy_s=118.0, steal_s=2.0)
+    window = host_load.window(start, end, wall_s=10.0)
+    load = host_load.others({**window, "cores": 2.0}, ranks_cpu_s=15.0)
+    assert load["others_share"] == pytest.approx((18 - 15 + 1) / 20) and load["steal_share"] == pytest.approx(0.05)
+    assert host_load.window(None, end, 10.0) is None and host_load.others(None, 1.0) is None
+    assert host_load.sample() is not None  # Linux: /proc/stat reads

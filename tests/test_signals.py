@@ -285,3 +285,20 @@ ray_cluster._init(types.SimpleNamespace(init=init), None, {{}})
     assert (command.returncode, err.strip()) == (code, line)
     assert folder and not os.path.exists(folder)
     assert not psutil.pid_exists(agent) or psutil.Process(agent).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize("signum, code, line", SIGNALS, ids=["ctrl-c", "sigterm"])
+def test_a_signal_that_python_swallows_in_a_finalizer_still_ends_the_command(signum, code, line):
+    """Seen: a SIGTERM while compare wrote its report, raised inside a weakref callback: Python's "Exception ignored in"
+    traceback, no line, and the command still running 10 s later."""
+    command = _command("""
+class Slow:
+    def __del__(self):
+        print("ready", flush=True)
+        time.sleep(1)
+
+Slow()
+time.sleep(30)
+""")
+    out, err = _signalled_once_ready(command, signum)
+    assert (command.returncode, err.strip()) == (code, line), err

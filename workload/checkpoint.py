@@ -15,10 +15,10 @@ from torch import nn
 
 from contract.config import RESUMABLE_CHANGES, ConfigError, TrainConfig, resume_conflicts
 from contract.results import History
-from runtime import space
+from runtime import preflight, space
 from workload import faults, model
 
-FILENAME = "checkpoint.pt"
+FILENAME = preflight.CHECKPOINT
 KEYS = ("epoch", "model", "optimizer", "history", "config", "backend", "launcher")
 
 
@@ -61,7 +61,7 @@ def load(directory: str | Path) -> dict[str, Any] | None:
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch's unpickler raises many kinds on bytes that are not ours
-        reason = " ".join(str(error).split())[:120]
+        reason = space.shorten(" ".join(str(error).split()), 120)
         raise ConfigError(f"{path} is not a readable checkpoint ({type(error).__name__}: {reason}); {fix}") from None
     if not isinstance(state, dict) or any(key not in state for key in KEYS):
         raise ConfigError(f"{path} is not a checkpoint of this project (it lacks model, optimizer, history or "

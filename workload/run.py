@@ -12,7 +12,7 @@ from contract import options, phases, results
 from contract.config import DATASETS, ConfigError, TrainConfig
 from contract.results import History
 from runtime import launch, space
-from workload import checkpoint, data, model
+from workload import checkpoint, data, host_load, model
 from workload.distributed import DistContext
 from workload.tensorboard_scalars import Scalars
 from workload.trainer import Trainer
@@ -68,6 +68,16 @@ def build_model(cfg: TrainConfig, device: torch.device) -> torch.nn.Module:
     return model.build(cfg).to(device)
 
 
+def machine_load(trainer: Trainer, placement: list[dict[str, Any]], last: dict[str, Any]) -> dict[str, float] | None:
+    """What else used rank 0's host over the last epoch's steady window: its CPU time outside the ranks on it."""
+    if trainer.host is None or "cpu_s_per_rank" not in last:
+        return None
+    here = placement[0]["node_id"] if placement else None
+    mine = sum(cpu for rank, cpu in enumerate(last["cpu_s_per_rank"])
+               if not placement or placement[rank]["node_id"] == here)
+    return host_load.others(trainer.host, mine)
+
+
 def train_and_report(
     trainer: Trainer,
     *,
@@ -104,6 +114,7 @@ def train_and_report(
     last = history.epochs[-1]
     extra["overlap"] = trainer.overlap(last) if "comm_exposed_s" in last else None  # every rank: collectives
     extra["cpu_s_per_1k_samples"] = last.get("cpu_s_per_1k_samples")
+    extra["machine_load"] = machine_load(trainer, extra["placement"], last)
     wall_time = earlier + time.perf_counter() - start
     if not trainer.ctx.is_main:
         return None

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from contract.config import TrainConfig
 from contract.errors import Diverged
 from contract.results import History
-from workload import compression, data, placement
+from workload import compression, data, host_load, placement
 from workload.data import Splits
 from workload.distributed import DistContext
 from workload.metrics import epoch_timing
@@ -92,6 +92,9 @@ class Trainer:
     """Wall-clock times of this run's first finished step and the end of training (see contract/phases.py)."""
     checkpoint_time_s: float = 0.0
     """Seconds spent in on_epoch_end (checkpoints) in this run."""
+    host_start: tuple[host_load.Sample | None, float] = (None, 0.0)
+    host: dict[str, float] | None = None
+    """This host's CPU counters over the last epoch's steady window (workload/host_load.py)."""
 
     def fit(self, history: History, on_epoch_end: Callable[[int, History], None]) -> History:
         """Train the epochs `history` has not; `on_epoch_end(epoch, history)` checkpoints after each."""
@@ -143,6 +146,7 @@ class Trainer:
             "eval_time_s": time.perf_counter() - eval_start,
             "steps": steps,
             "samples": int(all_times[..., 3].sum()),
+            "cpu_s_per_rank": all_times[:, self.cfg.warmup_steps:, 4].sum(1).tolist(),
             **epoch_timing(all_times, self.cfg.warmup_steps),
             **link_record,
         }
@@ -152,8 +156,11 @@ class Trainer:
         """The epoch's steps: each one's loss (a tensor: no sync) and its (load, compute, sync seconds, samples, and
         the CPU seconds of every thread of this process)."""
         losses, times = [], []
+        self.host_start = (None, 0.0)
         for step in range(1, steps + 1):
             self.tools.before_step(epoch, step)
+            if step == self.cfg.warmup_steps + 1:  # the steady window begins: what the machine does from here
+                self.host_start = (host_load.sample(), time.perf_counter())
             cpu = time.process_time()
             t0 = self._now()
             groups = self._micro_batches(next(batches))
@@ -168,6 +175,8 @@ class Trainer:
             self.stamps.setdefault("first_step_done", time.time())
             if step % self.cfg.log_every == 0 or step == steps:
                 self._log_step(loss, epoch, step, steps)
+        started, began = self.host_start
+        self.host = host_load.window(started, host_load.sample(), time.perf_counter() - began)
         return losses, times
 
     def train_step(self, groups: list[list[tuple[Tensor, Tensor]]]) -> tuple[Tensor, float]:
