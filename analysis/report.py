@@ -1,6 +1,7 @@
 """Render a comparison (report.md, loss.png, throughput.png, overhead.png) from comparison.json alone."""
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,32 +14,22 @@ OPTION_NAMES = {"compression": "--compression", "grad_accumulation": "--grad-acc
                 "static_graph": "--static-graph", "cycle_time_ms": "--cycle-time-ms", "autotune": "--autotune",
                 "trace": "--trace"}
 ROUNDING_NOTE = (
-    "With `--compression`, DDP and Horovod round the gradients in a different order: DDP's hook casts each rank's "
-    "gradient, divides it by the number of workers and sums in the low precision; Horovod casts, sums, and then "
-    "scales by 1/N. `reference` emulates DDP's order and `reference-horovod` Horovod's, each float16/bfloat16 "
-    "operation computing in float32 and rounding once, as torch, gloo and Horovod do. With 2 workers a sum is one "
-    "addition, so each emulation is exact: a backend and its reference end with bit-identical parameters (the "
-    "`final parameters` lines), and their step losses differ only in how the reported loss is averaged (float32 "
-    "in one process, float64 across ranks: a few float32 ulps of the loss, far below the tolerance). The two "
-    "orders differ where halving a float16 value is not exact (float16 subnormals, below 6.1e-5); those last-bit "
-    "differences grow as training goes on, and the references reproduce the growth. So the backends are compared "
-    "with each other within the tolerance, or, when their difference is the rounding order's, the verdict says so "
-    "and shows the two references' difference beside it. With more than 2 workers, gloo's ring adds the ranks in "
-    "an order that changes along the buffer, which the emulation does not reproduce: each low-precision sum of N "
-    "values may then differ by up to N − 2 roundings (float16: 2^-11 relative each; bfloat16: 2^-8).")
+    "With `--compression`, DDP and Horovod round the gradients in a different order (DDP: cast, divide by the "
+    "workers, sum in the low precision; Horovod: cast, sum, then scale). `reference` emulates DDP's order and "
+    "`reference-horovod` Horovod's, so the parity verdict can tell the rounding order from a bug; exact at 2 "
+    "workers, within N − 2 roundings per sum beyond (docs/measuring.md, \"Parity with compression\").")
 BN_NOTE = (
-    "BatchNorm buffers (running mean and variance) are not gradients, so neither backend averages them. "
-    "DDP broadcasts rank 0's buffers at the start of every forward pass, so each rank ends with rank 0's "
-    "buffers plus one update from its own last batch; Horovod broadcasts them once, before training, and each "
-    "rank then keeps its own running statistics. Training losses do not depend on the buffers (training mode "
-    "normalises with batch statistics), but evaluation does: every rank scores its share of the test set "
-    "with its own buffers, so test loss and accuracy may differ slightly between the backends even though "
-    "their parameters agree. The `buffers identical` column says whether the ranks' buffers matched at the end."
-)
+    "BatchNorm buffers are not gradients, and neither backend averages them: DDP broadcasts rank 0's at every "
+    "forward pass, Horovod once before training, so test loss and accuracy may differ slightly between the backends "
+    "while their parameters agree; `buffers identical` says whether the ranks' buffers matched at the end "
+    "(docs/measuring.md, \"BatchNorm buffers\").")
 
 
-BUSY_SHARE = 0.25
-"""Share of the cores other processes may take while a run measures before the report says so."""
+TRACES_NOTE = (
+    "`trace-rank<R>.json`: torch.profiler, a few steady-state steps right after the warm-up of the first epoch, on "
+    "every rank; `horovod-timeline.json`: Horovod's own timeline of the same steps, written by rank 0; "
+    "`horovod-autotune.csv`: Horovod's autotuner, one sample a line. Open a trace in chrome://tracing or "
+    "https://ui.perfetto.dev; the profiler slows the traced steps, which the median step barely notices.")
 
 
 def render(run_dir: str | Path) -> str:
@@ -87,13 +78,12 @@ def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
             "launcher": first["launcher"],
             "train_loss": last["train_loss"],
             "test_accuracy": last["test_accuracy"],
-            "per_worker": (last["samples_per_s_per_worker"], last["samples_per_s_per_worker_ci95"]),
             "steady": median,
             "steady_min": steady["min"],
             "steady_max": steady["max"],
             "runs": steady["n"],
             "end_to_end_s": statistics.median(r["end_to_end_s"] for r in arm_runs),
-            "epoch_time_s": last["epoch_time_s"],
+            "training_s": sum(epoch["epoch_time_s"] for epoch in first["epochs"]),
             "p50_ms": 1000 * last["step_time_p50_s"],
             "p95_ms": 1000 * last["step_time_p95_s"],
             "comm_share": last["comm_share"],
@@ -110,26 +100,39 @@ def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
 
 
 def table(comparison: dict[str, Any], workers: int) -> str:
+    """One row per arm at `workers`. One throughput figure, the verdict's; "time to target" only where some arm
+    reached the target before its last epoch, scaling efficiency only where 1 worker was measured too."""
     target = comparison["settings"]["target_accuracy"]
-    head = ("| arm | final train loss | test accuracy | samples/s per worker (mean ± 1.96σ) | steady samples/s total "
-            "(median, min–max, runs) | end to end (median) | epoch time | step p50 / p95 | comm share "
-            f"| time to {100 * target:g}% | overlap | CPU s per 1k samples | peak RSS per rank | scaling efficiency "
-            "| buffers identical |")
-    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
-    for r in rows(comparison, workers):
-        rate, ci = r["per_worker"]
-        reached = text.seconds(r["time_to_target_s"]) if r["time_to_target_s"] is not None else "not reached"
-        scaling = f"{100 * r['scaling']:.0f}%" if r["scaling"] is not None else "—"
-        steady = (f"{r['steady']:.0f} ({r['steady_min']:.0f}–{r['steady_max']:.0f}, n={r['runs']})" if r["runs"] > 1
-                  else f"{r['steady']:.0f} (n=1)")
-        lines.append(
-            f"| {r['arm']} | {r['train_loss']:.4f} | {100 * r['test_accuracy']:.2f}% | {rate:.0f} ± {ci:.0f} "
-            f"| {steady} | {text.seconds(r['end_to_end_s'])} | {text.seconds(r['epoch_time_s'])} "
-            f"| {r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms | {100 * r['comm_share']:.1f}% | {reached} "
-            f"| {overlap_text(r['overlap'])} | {figure(r['cpu_per_1k'], '.2f')} | {rss(r['peak_rss_per_rank'])} "
-            f"| {scaling} | {'yes' if r['buffers_identical'] else 'no'} |"
-        )
+    found = rows(comparison, workers)
+    columns: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("arm", lambda r: r["arm"]),
+        ("final train loss", lambda r: f"{r['train_loss']:.4f}"),
+        ("test accuracy", lambda r: f"{100 * r['test_accuracy']:.2f}%"),
+        ("steady samples/s, all workers (median, min–max, runs)", steady_text),
+        ("end to end (median)", lambda r: text.seconds(r["end_to_end_s"])),
+        ("step p50 / p95", lambda r: f"{r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms"),
+        ("comm share", lambda r: f"{100 * r['comm_share']:.1f}%"),
+        ("overlap", lambda r: overlap_text(r["overlap"])),
+        ("CPU s per 1k samples", lambda r: figure(r["cpu_per_1k"], ".2f")),
+        ("peak RSS per rank", lambda r: rss(r["peak_rss_per_rank"])),
+    ]
+    if any(r["time_to_target_s"] is not None and r["time_to_target_s"] < r["training_s"] for r in found):
+        columns.append((f"time to {100 * target:g}%", lambda r: text.seconds(r["time_to_target_s"])
+                        if r["time_to_target_s"] is not None else "not reached"))
+    if any(r["scaling"] is not None for r in found):
+        columns.append(("scaling efficiency", lambda r: f"{100 * r['scaling']:.0f}%" if r["scaling"] is not None
+                        else "—"))
+    columns.append(("buffers identical", lambda r: "yes" if r["buffers_identical"] else "no"))
+    lines = ["| " + " | ".join(name for name, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r) for _, cell in columns) + " |" for r in found]
     return "\n".join(lines)
+
+
+def steady_text(r: dict[str, Any]) -> str:
+    """The verdict's figure for one arm: `2800 (2750–2900, n=3)`, or `1800 (n=1)`."""
+    if r["runs"] > 1:
+        return f"{r['steady']:.0f} ({r['steady_min']:.0f}–{r['steady_max']:.0f}, n={r['runs']})"
+    return f"{r['steady']:.0f} (n=1)"
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -189,8 +192,14 @@ def speed_line(comparison: dict[str, Any], workers: int) -> str:
              else " and ".join(speed.compared_arms(comparison["settings"]["launchers"])))
     rounds = (f"per round, native {', '.join(f'{v:.0f}' for v in answer['native'])}; Horovod "
               f"{', '.join(f'{v:.0f}' for v in answer['horovod'])} samples/s")
-    return (f"**Speed: {answer['sentence']}**\n\nNative ÷ Horovod steady-state samples/s, {where}: "
-            f"{ratio_text(answer)}; {rounds}.{two_stage_text(answer)}")
+    out = (f"**Speed: {answer['sentence']}**\n\nNative ÷ Horovod steady-state samples/s, {where}: "
+           f"{ratio_text(answer)}; {rounds}.{two_stage_text(answer)} This answers how fast a long job trains once "
+           "it runs.")
+    if whole := comparison.get("end_to_end", {}).get(str(workers)):
+        out += (f"\n\n**End to end: {whole['sentence']}** — native ÷ Horovod in runs per second from launch to "
+                f"return, {where}: {ratio_text(whole)}. This answers what one job of this length pays, start-up, "
+                "evaluation and teardown included; start-up weighs less the longer the job.")
+    return out
 
 
 def two_stage_text(answer: dict[str, Any]) -> str:
@@ -226,22 +235,6 @@ def noise_line(comparison: dict[str, Any], workers: int) -> str | None:
     resolution = f"±{100 * max(widths):.1f} %" if widths else "unknown (one repeat gives no interval)"
     return (f"**Resolution here: {resolution}** — the A/A control, each arm against itself, interleaved as the A/B "
             f"arms are: {'; '.join(parts)}.")
-
-
-def load_line(comparison: dict[str, Any], workers: int) -> str | None:
-    """A caveat where other processes took more than BUSY_SHARE of the cores while runs at `workers` measured, and
-    whether they hit the arms unevenly (the interleaving spreads a steady load, not a burst)."""
-    shares = {arm: [r["machine_load"]["others_share"] for r in arm_runs if r.get("machine_load")]
-              for arm, arm_runs in runs.finished(comparison, workers).items()}
-    worst = max((max(v) for v in shares.values() if v), default=0.0)
-    if worst <= BUSY_SHARE:
-        return None
-    by_arm = "; ".join(f"{arm} {100 * statistics.median(v):.0f} %" for arm, v in shares.items() if v)
-    medians = [statistics.median(v) for v in shares.values() if v]
-    uneven = (" It fell unevenly on the arms, so the speed verdict may carry it." if max(medians) - min(medians) >
-              BUSY_SHARE / 2 else "")
-    return (f"**Measured on a busy machine**: other processes used up to {100 * worst:.0f} % of the cores while these "
-            f"runs measured (median by arm: {by_arm}); not a quiet-machine result.{uneven}")
 
 
 def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
@@ -300,7 +293,9 @@ def phases_table(comparison: dict[str, Any], workers: int) -> str:
     names = [label.removeprefix("start → ").removeprefix("→ ") for label in runs.PHASE_LABELS.values()]
     head = f"| arm | runs | {' | '.join(names)} | evaluation (total) | checkpoints (total) |"
     lines = ["**Where the time goes**: the median over each arm's finished runs, in seconds from the launcher's start "
-             "(evaluation and checkpoints: time spent on them over the whole run).", "",
+             "(evaluation and checkpoints: time spent on them over the whole run). \"Ranks running\" is when the "
+             "ranks' own code began, the same moment under every launcher: it holds process start and imports "
+             "under torchrun, mp.spawn and horovodrun, and the placement of workers on Ray.", "",
              head, "|" + "---|" * head.count(" | ") + "---|"]
     for arm, arm_runs in runs.finished(comparison, workers).items():
         m = runs.median_phases(arm_runs)
@@ -343,48 +338,31 @@ def artifacts(comparison: dict[str, Any]) -> list[str]:
 
 
 def report_markdown(comparison: dict[str, Any]) -> str:
-    s = comparison["settings"]
-    env = comparison["environment"]
-    cfg = s["config"]
-    out = [
-        f"# Native DDP or Horovod? Comparison {comparison['run_id']}",
-        "",
-        model_line(comparison),
-        "",
-        f"Dataset **{cfg['dataset']}**, {cfg['epochs']} epoch(s), batch {cfg['batch_size']} per worker, SGD lr "
-        f"{cfg['lr']} momentum {cfg['momentum']}, seed {cfg['seed']}, {cfg['threads_per_worker']} torch thread(s) "
-        f"per worker; the same initial weights and DistributedSampler shards in every run. Launchers: "
-        f"{', '.join(s['launchers'])}; every arm ran {runs.rounds(comparison)} time(s) per worker count, the "
-        "references once. "
-        f"The whole comparison took {comparison['wall_time_s'] / 60:.1f} min.",
-        "",
-        f"Environment: Python {env['python']}, torch {env['torch']}, torchvision {env['torchvision']}, "
-        f"Ray {env['ray']}, Horovod {env['horovod']}; CPU {env['cpu']} ({env['cpu_count']} cores); "
-        f"GPU {env['gpu'] or 'none'}; host {env['hostname']}.",
-        "",
-        "`reference` is one process running each step's per-worker micro-batches one after another and averaging "
-        "their gradients (with 1 worker: the tutorials' single-process baseline); `global-batch` is one forward "
-        "pass over the same global batch (BatchNorm over all of it; information only). An arm is a backend under "
-        "a launcher: `native` and `horovod` under Ray, `native/torchrun`, `native/mp.spawn` and `horovod/horovodrun` "
-        "under their own. "
-        "Losses, accuracy and the per-step columns are from each arm's first finished run, timing from its last "
-        f"epoch with the first {cfg['warmup_steps']} steps of each epoch left out; comm share is the time "
-        "spent waiting for averaged gradients after the local backward pass finished; overlap is the share of "
-        "the gradient averaging that backward hid: 1 − that wait ÷ the same averaging alone (the backend's own "
-        "messages, measured after training with nothing beside it; below 0 where the wait was longer, the "
-        "averaging sharing the cores with backward); CPU s per 1k samples counts every thread of every rank; "
-        "time to target accuracy "
-        "counts training time (no evaluation) up to the end of the first epoch that reached it. Scaling "
-        "efficiency is the median steady samples/s over workers × the same arm's 1-worker median.",
-        "",
-        f"**How speed is measured.** The speed metric (`{s['speed_metric']}`) is steady-state throughput: total "
-        "samples/s over all workers from the median step time of the last epoch, the warm-up steps left out. A "
-        "median ignores the odd stalled step that a mean carries in full, and on a busy shared machine such stalls "
-        "are common. The runs are interleaved in a "
-        "balanced order (A B B A …), so a slow minute hits every arm alike. Native and Horovod are compared as a "
-        "ratio, round by round: the interval is a paired t interval on the log ratios of the rounds, "
-        "exponentiated; a winner is named only when the whole 95 % interval lies on one side of 1.",
-    ]
+    """The report, verdicts first: what ran, each worker count's verdicts and tables, then what went wrong, where the
+    ranks ran, and how every figure is measured."""
+    out = [f"# Native DDP or Horovod? Comparison {comparison['run_id']}", "", model_line(comparison), "",
+           setup_line(comparison), *chosen_options(comparison)]
+    for workers in comparison["settings"]["workers"]:
+        out += workers_section(comparison, workers)
+    out += [*other_sections(comparison), "", "## How these figures are measured", "", *definitions(comparison)]
+    return "\n".join(out)
+
+
+def setup_line(comparison: dict[str, Any]) -> str:
+    s, cfg, env = comparison["settings"], comparison["settings"]["config"], comparison["environment"]
+    return (f"Dataset **{cfg['dataset']}**, {cfg['epochs']} epoch(s), batch {cfg['batch_size']} per worker, SGD lr "
+            f"{cfg['lr']} momentum {cfg['momentum']}, seed {cfg['seed']}, {cfg['threads_per_worker']} torch "
+            "thread(s) per worker; the same initial weights and DistributedSampler shards in every run. Launchers: "
+            f"{', '.join(s['launchers'])}; every arm ran {runs.rounds(comparison)} time(s) per worker count, the "
+            f"references once; {comparison['wall_time_s'] / 60:.1f} min in all. Python {env['python']}, torch "
+            f"{env['torch']}, torchvision {env['torchvision']}, Ray {env['ray']}, Horovod {env['horovod']}; CPU "
+            f"{env['cpu']} ({env['cpu_count']} cores); GPU {env['gpu'] or 'none'}; host {env['hostname']}.")
+
+
+def chosen_options(comparison: dict[str, Any]) -> list[str]:
+    """Each backend's own best setting (a grid's best-of-each), the options table, and what compression and AMP do to
+    parity; nothing for a default comparison."""
+    s, cfg, out = comparison["settings"], comparison["settings"]["config"], []
     if own := s.get("per_backend"):
         out += ["", "**Each backend at its own best setting** of a tuning grid: " + "; ".join(
             f"{backend}: " + ", ".join(f"--{k.replace('_', '-')} {_option(v)}" for k, v in chosen.items())
@@ -399,63 +377,92 @@ def report_markdown(comparison: dict[str, Any]) -> str:
     if cfg.get("amp", "none") != "none":
         out += ["", f"With `--amp {cfg['amp']}` every run, references included, computes forward and loss under "
                     "torch.autocast with the same dtype, so the same parity rules hold."]
-    for workers in s["workers"]:
-        ran = bool(runs.finished(comparison, workers))
-        out += ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), ""]
-        if cost := cost_line(comparison, workers):
-            out += [cost, ""]
-        if noise := noise_line(comparison, workers):
-            out += [noise, ""]
-        if load := load_line(comparison, workers):
-            out += [load, ""]
-        failed = any(r["status"] != "ok" for r in comparison["runs"])
-        out += [table(comparison, workers) if ran else
-                "No run finished at this worker count" + ("; see Failed runs." if failed else ".")]
-        if overhead := overhead_table(comparison, workers):
-            out += ["", overhead]
-        if ran:
-            out += ["", phases_table(comparison, workers)]
-        verdict = comparison["parity"].get(str(workers))
-        if verdict:
-            out += ["", f"**Parity: {verdict['verdict']}** — largest |step-loss difference| over the first "
-                        f"{verdict['steps']} steps, tolerance {verdict['tolerance']:g}"
-                        + (f" ({verdict['why']})" if verdict["why"] else "") + ":", ""]
-            explained = verdict.get("explained", {})
-            for pair, diff in verdict["max_abs_step_loss_difference"].items():
-                out.append(f"- {pair}: {text.number(diff)}" + (f" — explained: {explained[pair]}" if pair in explained
-                                                           else ""))
-            out += identical_parameters(comparison, workers)
-            for pair, diff in verdict["informational"].items():
-                out.append(f"- {pair} (information, not part of the verdict): {text.number(diff)}")
+    return out
+
+
+def workers_section(comparison: dict[str, Any], workers: int) -> list[str]:
+    """One worker count: the verdicts (speed, end to end, CPU cost, resolution), the arms' table, Ray's cost, the
+    phases, and parity."""
+    ran = bool(runs.finished(comparison, workers))
+    out = ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), ""]
+    for line in (cost_line(comparison, workers), noise_line(comparison, workers)):
+        out += [line, ""] if line else []
+    failed = any(r["status"] != "ok" for r in comparison["runs"])
+    out += [table(comparison, workers) if ran else
+            "No run finished at this worker count" + ("; see Failed runs." if failed else ".")]
+    if overhead := overhead_table(comparison, workers):
+        out += ["", overhead]
+    if ran:
+        out += ["", phases_table(comparison, workers)]
+    return out + parity_lines(comparison, workers)
+
+
+def parity_lines(comparison: dict[str, Any], workers: int) -> list[str]:
+    verdict = comparison["parity"].get(str(workers))
+    if not verdict:
+        return []
+    out = ["", f"**Parity: {verdict['verdict']}** — largest |step-loss difference| over the first "
+               f"{verdict['steps']} steps, tolerance {verdict['tolerance']:g}"
+               + (f" ({verdict['why']})" if verdict["why"] else "") + ":", ""]
+    explained = verdict.get("explained", {})
+    for pair, diff in verdict["max_abs_step_loss_difference"].items():
+        said = f" — explained: {explained[pair]}" if pair in explained else ""
+        out.append(f"- {pair}: {text.number(diff)}{said}")
+    out += identical_parameters(comparison, workers)
+    out += [f"- {pair} (information, not part of the verdict): {text.number(diff)}"
+            for pair, diff in verdict["informational"].items()]
+    return out
+
+
+def other_sections(comparison: dict[str, Any]) -> list[str]:
+    """What could not run here, the traces, the failed runs, and where the ranks ran."""
+    out = []
     if comparison["not_applicable"]:
-        out += ["", "## Not applicable here", ""]
+        out += ["", "## Not applicable here", "",
+                "`dataparallel` is `torch.nn.DataParallel`: one process driving every GPU of a machine, PyTorch's "
+                "older single-process way to use several GPUs, run as a further reference where the GPUs exist.", ""]
         out += [f"- {n['backend']} with {n['workers']} worker(s): {n['reason']}" for n in comparison["not_applicable"]]
     if links := artifacts(comparison):
-        out += ["", "## Traces and logs", "",
-                "`trace-rank<R>.json`: torch.profiler, a few steady-state steps right after the warm-up of the "
-                "first epoch, on every rank; `horovod-timeline.json`: Horovod's own timeline of the same steps, every "
-                "rank's collectives, written by rank 0; `horovod-autotune.csv`: Horovod's autotuner, one sample a "
-                "line. Open a trace in chrome://tracing or https://ui.perfetto.dev. The profiler slows the traced "
-                "steps; the speed metric is the median step, which they barely move.", "", *links]
-    failed = [r for r in comparison["runs"] if r["status"] != "ok"]
-    if failed:
+        out += ["", "## Traces and logs", "", TRACES_NOTE, "", *links]
+    if failed := [r for r in comparison["runs"] if r["status"] != "ok"]:
         out += ["", "## Failed runs", ""]
-        for r in failed:
-            # Rounds are 0-based in the JSON and 1-based in the orchestrator's log; the log's numbering is used here.
+        for r in failed:  # rounds: 0-based in the JSON, 1-based as the terminal said them
             when = f", round {r['round'] + 1} of {runs.rounds(comparison)}" if r["launcher"] != "local" else ""
             out.append(f"- {r['arm']} with {r['workers']} worker(s){when}: {r['error']}")
     if placed := placement_table(comparison):
-        out += ["", "## Where the ranks ran", "",
-                "Each run's ranks by node, as the workers reported them (on Ray, Ray's node; under torchrun, "
-                "mp.spawn and horovodrun, the host)" + (f"; every run crossed a simulated link of {net['link_rate']} between "
-                                          f"{net['nodes']} nodes" if (net := s.get("network")) else "") + ".", "",
-                placed]
-    out += ["", "## BatchNorm buffers and evaluation", "", BN_NOTE, "",
-            "Plots: `verdicts.png` (each verdict's ratio with its 95 % interval, 1.0 marked), `loss.png` (loss per "
-            "step, every arm's first run overlaid), `throughput.png` (median steady "
-            "samples/s by arm and worker count, each run a dot), `overhead.png` (where each distributed arm's time "
-            "goes, from launch to return).", ""]
-    return "\n".join(out)
+        net = comparison["settings"].get("network")
+        crossed = f"; every run crossed a simulated link of {net['link_rate']} between {net['nodes']} nodes" if net \
+            else ""
+        out += ["", "## Where the ranks ran", "", "Each run's ranks by node, as the workers reported them (on Ray, "
+                f"Ray's node; under torchrun, mp.spawn and horovodrun, the host){crossed}.", "", placed]
+    return out
+
+
+def definitions(comparison: dict[str, Any]) -> list[str]:
+    """What every figure of the report means (docs/measuring.md has the why)."""
+    s = comparison["settings"]
+    return [
+        "`reference` is one process running each step's per-worker micro-batches one after another and averaging "
+        "their gradients (with 1 worker: the tutorials' single-process baseline); `global-batch` is one forward "
+        "pass over the same global batch (BatchNorm over all of it; information only). An arm is a backend under "
+        "a launcher: `native` and `horovod` under Ray, `native/torchrun`, `native/mp.spawn` and "
+        "`horovod/horovodrun` under their own.", "",
+        f"**Speed** (`{s['speed_metric']}`) is steady-state throughput: total samples/s over all workers from the "
+        f"median step time of the last epoch, its first {s['config']['warmup_steps']} steps left out; a median "
+        "ignores the odd stalled step. **End to end** is the time from the launcher's start to its return. The "
+        "runs are interleaved (A B B A …), so a slow minute hits every arm alike; native and Horovod are compared "
+        "round by round, as a paired t interval on the log ratios, exponentiated; a winner is named only when the "
+        "whole 95 % interval lies on one side of 1.", "",
+        "Losses, accuracy and the per-step columns are from each arm's first finished run. Comm share: the time "
+        "spent waiting for averaged gradients after the local backward pass finished. Overlap: the share of the "
+        "averaging that backward hid, 1 − that wait ÷ the same averaging alone (measured after training; below 0 "
+        "where the wait was longer). CPU s per 1k samples counts every thread of every rank. Time to target "
+        "counts training time up to the end of the first epoch that reached it; scaling efficiency is the median "
+        "steady samples/s over workers × the same arm's 1-worker median.", "",
+        BN_NOTE, "",
+        "Plots: `verdicts.png` (each verdict in words with its 95 % interval, 1.0 marked), `loss.png` (loss per "
+        "step, every arm's first run overlaid), `throughput.png` (median steady samples/s by arm and worker count, "
+        "each run a dot), `overhead.png` (where each distributed arm's time goes, from launch to return).", ""]
 
 
 def model_line(comparison: dict[str, Any]) -> str:
@@ -482,7 +489,8 @@ def placement_table(comparison: dict[str, Any]) -> str | None:
             nodes.setdefault(f"{p['node_ip']} ({p['node_id'][:8]})", []).append(
                 f"{p['rank']} (local {p['local_rank']}{on})")
         where = "; ".join(f"{node}: rank {', '.join(ranks)}" for node, ranks in nodes.items())
-        run = f"{r['arm']}, {r['workers']} worker(s)" + (f", round {r['round'] + 1}" if r["launcher"] != "local" else "")
+        run = f"{r['arm']}, {r['workers']} worker(s)" + (f", round {r['round'] + 1}" if r["launcher"] != "local"
+                                                            else "")
         lines.append(f"| {run} | {len(nodes)} | {where} |")
     if not lines:
         return None

@@ -21,7 +21,7 @@ def arm_order(arm: str) -> tuple[int, str]:
     return (ORDER.index(arm) if arm in ORDER else len(ORDER), arm)
 
 
-PHASE_LABELS = dict(zip(phases.PHASES, ("start → workers started", "→ process group ready", "→ first step done",
+PHASE_LABELS = dict(zip(phases.PHASES, ("start → ranks running", "→ process group ready", "→ first step done",
                                   "→ training done", "→ launcher returned"), strict=True))
 """contract/phases.py's phases, in order, with the name each segment gets in the overhead plot."""
 

@@ -5,6 +5,7 @@ Runs pair by round: round r of one arm ran beside round r of the other, in a bal
 the machine touches both. A round where either run failed drops out of the pairing.
 """
 
+import statistics
 from typing import Any
 
 from analysis import stats
@@ -12,6 +13,7 @@ from contract.config import AA_SUFFIX, BACKENDS, OWN_LAUNCHERS
 
 METRIC = "steady_samples_per_s"
 CPU_METRIC = "cpu_s_per_1k_samples"
+END_TO_END = "end_to_end_s"
 CPU_TEXT = ("CPU cost: CPU-seconds per 1,000 samples over every thread of every rank (the frameworks' communication "
             "threads included), the last epoch's measured steps")
 METRIC_TEXT = ("steady-state throughput: total samples/s from the median step time of the last epoch, warm-up steps "
@@ -21,6 +23,8 @@ OWN_LAUNCHER_ARMS = {f"{backend}/{launcher}": backend for backend, launchers in 
 """Each backend's arms under its own launchers, by label: the backend each trains."""
 DISTRIBUTED_ARMS = (*BACKENDS, *OWN_LAUNCHER_ARMS)
 """The arms that train on more than one process: each backend on Ray, then under its own launcher."""
+BUSY_SHARE = 0.25
+"""Share of the cores other processes may take while a run measures before its verdict says so."""
 
 
 def paired(runs: list[dict[str, Any]], workers: int, a: str, b: str, key: str) -> tuple[list[float], list[float]]:
@@ -57,12 +61,14 @@ def compared_arms(launchers: list[str]) -> tuple[str, str]:
 
 
 def estimate(runs: list[dict[str, Any]], workers: int, a: str, b: str, pilot: int | None,
-             key: str = METRIC) -> stats.RatioEstimate | None:
+             key: str = METRIC, per_second: bool = False) -> stats.RatioEstimate | None:
     """`key` of a ÷ b paired by round: a t interval, or with `pilot` (the rounds before a second stage) Stein's;
-    None when no round has both."""
+    None when no round has both. `per_second`: `key` is a time, and the ratio is of its inverse (a rate)."""
     rounds, x, y = paired_rounds(runs, workers, a, b, key)
     if not rounds:
         return None
+    if per_second:
+        x, y = [1 / v for v in x], [1 / v for v in y]
     first = sum(1 for r in rounds if r < pilot) if pilot else 0
     return stats.two_stage_ratio(x, y, first) if first >= 2 else stats.paired_ratio(x, y)
 
@@ -77,12 +83,44 @@ def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str],
     if found is None:
         return None
     native, horovod = paired(runs, workers, a, b, METRIC)
+    load = machine_load(runs, workers, (a, b))
     return {
         "metric": METRIC, "launcher": launcher, **estimate_dict(found),
         "verdict": stats.speed_verdict(found),
-        "sentence": stats.speed_sentence(found),
-        "native": native, "horovod": horovod,
+        "sentence": stats.speed_sentence(found) + (f" — {load['caveat']}" if load else ""),
+        "native": native, "horovod": horovod, "machine_load": load,
     }
+
+
+def end_to_end(runs: list[dict[str, Any]], workers: int, launchers: list[str],
+               pilot: int | None = None) -> dict[str, Any] | None:
+    """native ÷ Horovod in runs per second from launch to return (start-up, training, evaluation, teardown: what a
+    team's job pays), paired by round as the steady verdict is; None when no round has both."""
+    a, b = compared_arms(launchers)
+    found = estimate(runs, workers, a, b, pilot, END_TO_END, per_second=True)
+    if found is None:
+        return None
+    native, horovod = paired(runs, workers, a, b, END_TO_END)
+    return {"metric": END_TO_END, **estimate_dict(found), "verdict": stats.speed_verdict(found),
+            "sentence": stats.speed_sentence(found), "native": native, "horovod": horovod}
+
+
+def machine_load(runs: list[dict[str, Any]], workers: int, arms: tuple[str, str]) -> dict[str, Any] | None:
+    """Where other processes took more than BUSY_SHARE of the cores while an arm's runs at `workers` measured: the
+    worst share, each arm's median, and a caveat saying whether the disturbance fell unevenly on the arms (the
+    interleaving spreads a steady load across both, not a burst); None on a quiet machine."""
+    shares = {arm: [r["machine_load"]["others_share"] for r in runs if r["arm"] == arm and r["workers"] == workers
+                    and r["status"] == "ok" and r.get("machine_load")] for arm in arms}
+    worst = max((max(v) for v in shares.values() if v), default=0.0)
+    if worst <= BUSY_SHARE:
+        return None
+    medians = {arm: statistics.median(v) for arm, v in shares.items() if v}
+    uneven = max(medians.values()) - min(medians.values()) > BUSY_SHARE / 2
+    by_arm = ", ".join(f"{arm} {100 * m:.0f} %" for arm, m in medians.items())
+    caveat = (f"measured while other processes used up to {100 * worst:.0f} % of the cores (median {by_arm}): not a "
+              "quiet-machine result" + ("; the load fell unevenly on the arms, so this ratio carries it" if uneven
+                                        else ""))
+    return {"worst_others_share": worst, "median_others_share": medians, "uneven": uneven, "caveat": caveat}
 
 
 def cpu_cost(runs: list[dict[str, Any]], workers: int, launchers: list[str],

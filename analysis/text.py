@@ -14,6 +14,16 @@ def seconds(value: float) -> str:
     return f"{value:.2f} s" if abs(value) < 1 else f"{value:.1f} s"
 
 
+def duration(value: float) -> str:
+    """A time a person waits: `45 s`, `4 min 5 s`, `1 h 2 min`."""
+    value = round(value)
+    if value < 60:
+        return f"{value} s"
+    if value < 3600:
+        return f"{value // 60} min {value % 60} s"
+    return f"{value // 3600} h {value % 3600 // 60} min"
+
+
 def rate(bits_per_s: float | None) -> str:
     """A link rate: `20 Mbit/s`, `1.5 Gbit/s`, or `unshaped` (None)."""
     if bits_per_s is None:

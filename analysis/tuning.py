@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from analysis import plots, report, runs, speed, stats
+from analysis import plots, report, runs, speed, stats, text
 from contract.config import BACKENDS, ConfigError
 
 GRID = "grid.json"
@@ -151,7 +151,7 @@ def markdown(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> st
            "their ratio is paired round by round; between settings the runs are minutes apart, so compare settings "
            "by their intervals, which carry the machine's drift. A bucket size of 0 leaves each framework its own "
            "default (DDP 25 MiB, Horovod 0.28.1 128 MiB).", "",
-           table(grid, comparisons), "", *(["**Each backend at its best** (the highest mean steady samples/s of "
+           verdict_table(grid, comparisons), "", table(grid, comparisons), "", *(["**Each backend at its best** (the highest mean steady samples/s of "
                                             "its arm over the settings of one model):", "",
                                             *best_lines(grid, comparisons), ""]
                                            if best_lines(grid, comparisons) else []),
@@ -161,11 +161,33 @@ def markdown(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> st
     return "\n".join(out)
 
 
+def verdict_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
+    """One row per setting and worker count: what it compared and each verdict, native ÷ Horovod."""
+    head = ("| setting | gradient | workers | speed (steady samples/s) | end to end | CPU cost | parity | overlap native "
+            "/ Horovod | rounds |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for setting in grid["settings"]:
+        comparison = comparisons[setting["folder"]]
+        named = ", ".join(f"{name.replace('_', '-')} {_value(name, setting[name])}" for name in grid["varied"])
+        size = comparison.get("model", {}).get("gradient_bytes")
+        for workers in grid["workers"]:
+            key = str(workers)
+            said = {name: (comparison.get(name, {}).get(key) or {}).get("sentence", "—")
+                    for name in ("speed", "end_to_end", "cpu_cost")}
+            overlaps = {r["arm"]: report.overlap_text(r["overlap"]) for r in report.rows(comparison, workers)}
+            a, b = speed.compared_arms(comparison["settings"]["launchers"])
+            lines.append(f"| {named} | {text.size(size) if size else '—'} | {workers} | {said['speed']} "
+                         f"| {said['end_to_end']} | {said['cpu_cost']} "
+                         f"| {comparison['parity'].get(key, {}).get('verdict', '—')} "
+                         f"| {overlaps.get(a, '—')} / {overlaps.get(b, '—')} | {runs.rounds(comparison)} |")
+    return "\n".join(lines)
+
+
 def render(grid_dir: str | Path) -> str:
     """Write report.md into the grid's folder; return the Markdown."""
     grid, comparisons = load(grid_dir)
-    text = markdown(grid, comparisons)
-    (Path(grid_dir) / "report.md").write_text(text)
+    written = markdown(grid, comparisons)
+    (Path(grid_dir) / "report.md").write_text(written)
     plots.plot_intervals(intervals(grid, comparisons), Path(grid_dir) / plots.VERDICTS,
                          "native ÷ Horovod per setting, with its 95 % interval")
-    return text
+    return written

@@ -112,3 +112,28 @@ class OwnRay:
             pass
         if self.session.poll() is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def local_rays() -> dict[str, bool]:
+    """The GCS address of every Ray running on this machine, and whether `ray start` started it (it recorded the
+    address in its --temp-dir) rather than a program for itself (ray.init records nothing). Read from the raylets'
+    command lines, as Ray's own `auto` finds them."""
+    import psutil
+
+    rays: dict[str, bool] = {}
+    for process in psutil.process_iter(["name", "cmdline"]):
+        if process.info["name"] != "raylet":
+            continue
+        args = dict(arg.split("=", 1) for part in process.info["cmdline"] or [] for arg in part.split(" ")
+                    if arg.startswith(("--gcs-address=", "--temp-dir=")))
+        if gcs := args.get("--gcs-address"):
+            temp_dir = Path(args.get("--temp-dir") or "/tmp/ray")
+            rays[gcs] = rays.get(gcs, False) or _recorded_in(temp_dir) == gcs
+    return rays
+
+
+def _recorded_in(temp_dir: Path) -> str:
+    try:
+        return (temp_dir / "ray_current_cluster").read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""

@@ -1,6 +1,7 @@
 """Where a run's time goes: seconds from the launcher's start to each phase, from wall-clock stamps on rank 0.
 
-Workers stamp when their process started, when the process group was ready (DistContext.ready_at), the first step and
+Workers stamp when the rank's code began (the same moment under every launcher, whether its process was new or, on
+Ray, started earlier and pooled), when the process group was ready (DistContext.ready_at), the first step and
 the end of training. The launcher that knows when it started and returned (launchers.arms, ray_jobs.train) turns the
 stamps into `phases` and `end_to_end_s` (runtime/launch.py). A run started by a user's own torchrun, horovodrun or
 mp.spawn has the phases measured from that command's start, and its last phase is when the results were written."""

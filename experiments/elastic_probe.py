@@ -243,18 +243,22 @@ def trial(mode: str, folder: Path, args: argparse.Namespace) -> dict:
     return result
 
 
+def parser() -> argparse.ArgumentParser:
+    out = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    out.add_argument("--role", choices=MODES, help=argparse.SUPPRESS)
+    out.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
+    out.add_argument("--trials", type=int, default=1, help="trials per mode (default: 1)")
+    out.add_argument("--return-after-s", type=float, default=60,
+                     help="seconds from the loss to node 1's return (default: 60)")
+    out.add_argument("--epochs", type=int, default=30, help="epochs per run (default: 30)")
+    out.add_argument("--samples", type=int, default=6000, help="samples per epoch, a multiple of 200 "
+                                                               "(default: 6000)")
+    out.add_argument("--output-dir", default="results/elastic-probe")
+    return out
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--role", choices=MODES, help=argparse.SUPPRESS)
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
-    parser.add_argument("--trials", type=int, default=1, help="trials per mode (default: 1)")
-    parser.add_argument("--return-after-s", type=float, default=60,
-                        help="seconds from the loss to node 1's return (default: 60)")
-    parser.add_argument("--epochs", type=int, default=30, help="epochs per run (default: 30)")
-    parser.add_argument("--samples", type=int, default=6000, help="samples per epoch, a multiple of 200 "
-                                                                  "(default: 6000)")
-    parser.add_argument("--output-dir", default="results/elastic-probe")
-    args = parser.parse_args()
+    args = parser().parse_args()
     if args.role:
         if args.role == "torchrun":
             torchrun_main()

@@ -2,7 +2,8 @@
 
     python -m experiments.elastic_trials --trials 3 --output-dir results/elastic      # 25 min at the defaults
 
-Each mode trains the ConvNet (workload/elastic.py, with each framework's loop in its backend's folder) on a simulated cluster of --max-workers nodes, one worker each:
+Each mode trains the ConvNet (workload/elastic.py, with each framework's loop in its backend's folder) on a
+simulated cluster of --max-workers nodes, one worker each:
 
 - ray-native: Ray Train V2, ScalingConfig(num_workers=(min, max)), FailureConfig, a checkpoint each epoch;
 - ray-horovod: Horovod elastic on Ray, RayExecutor(min_workers, max_workers), hvd.elastic.run, TorchState committed
@@ -44,21 +45,56 @@ TAKEN = {"epochs", "batch_size", "lr", "momentum", "seed", "dataset", "data_dir"
 
 
 def main() -> int:
-    parser = cli.Parser(description=__doc__, prog="python -m experiments.elastic_trials",
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trials", type=int, default=3, help="trials per mode (default: 3)")
-    parser.add_argument("--modes", default=",".join(drivers.MODES),
-                        help=f"comma-separated, from {', '.join(drivers.MODES)}")
-    parser.add_argument("--min-workers", type=int, default=1, help="the fewest workers a run goes on with (default: 1)")
-    parser.add_argument("--max-workers", type=int, default=2,
-                        help="workers at full size, one per simulated node; the last node is lost (default: 2)")
-    parser.add_argument("--return-after-s", type=float, default=60,
-                        help="seconds from the loss to the node's return (default: 60)")
-    parser.add_argument("--output-dir", default="results/elastic", help="runs and the table go into "
-                                                                        "<output-dir>/<run-id>/")
-    flags.add(parser, exclude=[f.name for f in fields(TrainConfig) if f.name not in TAKEN],
-                         defaults={"epochs": 30, "dataset": "synthetic"})
-    args = parser.parse_args()
+    args = parser().parse_args()
+    modes = check(args)
+    cfg = flags.from_args(args, workers=args.max_workers)
+    if cfg.dataset == "synthetic":
+        check_length(cfg, cfg.synthetic_train_size, "--synthetic-train-size")
+    netsim.check_host(args.max_workers, "python -m experiments.elastic_trials (one simulated node per worker)", "")
+    if "ray-horovod" in modes:
+        from horovod_ddp.adapter import import_horovod
+        import_horovod()
+    root = Path(args.output_dir).expanduser().resolve()
+    preflight.writable_dir(str(root), "--output-dir")
+    cfg = data.resolve(cfg.with_absolute_paths())
+    samples = data.train_count(cfg)
+    if cfg.dataset == "mnist":  # synthetic digits were checked above, before any were made
+        check_length(cfg, samples, f"MNIST's {samples} training digits")
+    root = root / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    root.mkdir(parents=True)
+    runs, reasons = trials(modes, cfg, root, args, samples)
+    settings = {"min_workers": args.min_workers, "max_workers": args.max_workers, "return_after_s":
+                args.return_after_s, "loss": f"after step {KILL_STEP} of epoch {KILL_EPOCH + 1}", "samples": samples,
+                "config": cfg.to_dict(), "environment": results.environment()}
+    write(root, settings, runs, reasons)
+    done = [t for mode in modes for t in runs[mode][1:]]
+    log.info("Node %d of %d lost after step %d of epoch %d, back after %g s; median (range) of %d trial(s):\n\n%s\n\n"
+             "%s", args.max_workers - 1, args.max_workers, KILL_STEP, KILL_EPOCH + 1, args.return_after_s,
+             args.trials, figures.table(done, modes, {m: runs[m][0]["accuracy"] for m in modes}, reasons),
+             root / "elastic.json")
+    return 0 if not reasons and all(t["finished"] for t in done) else 1
+
+
+def parser() -> cli.Parser:
+    out = cli.Parser(description=__doc__, prog="python -m experiments.elastic_trials",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    out.add_argument("--trials", type=int, default=3, help="trials per mode (default: 3)")
+    out.add_argument("--modes", default=",".join(drivers.MODES),
+                     help=f"comma-separated, from {', '.join(drivers.MODES)}")
+    out.add_argument("--min-workers", type=int, default=1, help="the fewest workers a run goes on with (default: 1)")
+    out.add_argument("--max-workers", type=int, default=2,
+                     help="workers at full size, one per simulated node; the last node is lost (default: 2)")
+    out.add_argument("--return-after-s", type=float, default=60,
+                     help="seconds from the loss to the node's return (default: 60)")
+    out.add_argument("--output-dir", default="results/elastic", help="runs and the table go into "
+                                                                     "<output-dir>/<run-id>/")
+    flags.add(out, exclude=[f.name for f in fields(TrainConfig) if f.name not in TAKEN],
+              defaults={"epochs": 30, "dataset": "synthetic"})
+    return out
+
+
+def check(args: argparse.Namespace) -> list[str]:
+    """The trials' own flags, refused in one line before anything starts; the modes to run."""
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or set(modes) - set(drivers.MODES) or len(set(modes)) != len(modes):
         raise ConfigError(f"--modes takes distinct names from {', '.join(drivers.MODES)}, got {args.modes!r}")
@@ -77,21 +113,13 @@ def main() -> int:
     if args.epochs <= KILL_EPOCH + 1:
         raise ConfigError(f"--epochs must be > {KILL_EPOCH + 1}: the node is lost in epoch {KILL_EPOCH + 1}, "
                           f"got {args.epochs}")
-    cfg = flags.from_args(args, workers=args.max_workers)
-    if cfg.dataset == "synthetic":
-        check_length(cfg, cfg.synthetic_train_size, "--synthetic-train-size")
-    netsim.check_host(args.max_workers, "python -m experiments.elastic_trials (one simulated node per worker)", "")
-    if "ray-horovod" in modes:
-        from horovod_ddp.adapter import import_horovod
-        import_horovod()
-    root = Path(args.output_dir).expanduser().resolve()
-    preflight.writable_dir(str(root), "--output-dir")
-    cfg = data.resolve(cfg.with_absolute_paths())
-    samples = data.train_count(cfg)
-    if cfg.dataset == "mnist":  # synthetic digits were checked above, before any were made
-        check_length(cfg, samples, f"MNIST's {samples} training digits")
-    root = root / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    root.mkdir(parents=True)
+    return modes
+
+
+def trials(modes: list[str], cfg: TrainConfig, root: Path, args: argparse.Namespace,
+           samples: int) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    """Each mode's fixed-size run, then the trials, interleaved (a slow moment falls on every mode alike); the runs
+    by mode, and why a mode had no trials."""
     runs: dict[str, list[dict]] = {}
     reasons: dict[str, str] = {}
     for mode in modes:
@@ -100,21 +128,12 @@ def main() -> int:
             reasons[mode] = (f"its fixed-size run did not finish (exit {runs[mode][0]['exit']}); see "
                              f"{root / mode / 'fixed-size'}")
     for index in range(1, args.trials + 1):
-        for mode in [m for m in modes if m not in reasons]:  # interleaved: a slow moment falls on every mode alike
+        for mode in [m for m in modes if m not in reasons]:
             trial = run(mode, cfg, root / mode / f"trial-{index}", args, samples, index=index)
             log.info("%s trial %d: %s", mode, index, {k: trial[k] for k in (
                 "finished", "stalled_s", "continued_world", "regrown_s", "samples_twice", "accuracy")})
             runs[mode].append(trial)
-    settings = {"min_workers": args.min_workers, "max_workers": args.max_workers, "return_after_s":
-                args.return_after_s, "loss": f"after step {KILL_STEP} of epoch {KILL_EPOCH + 1}", "samples": samples,
-                "config": cfg.to_dict(), "environment": results.environment()}
-    write(root, settings, runs, reasons)
-    trials = [t for mode in modes for t in runs[mode][1:]]
-    log.info("Node %d of %d lost after step %d of epoch %d, back after %g s; median (range) of %d trial(s):\n\n%s\n\n"
-             "%s", args.max_workers - 1, args.max_workers, KILL_STEP, KILL_EPOCH + 1, args.return_after_s,
-             args.trials, figures.table(trials, modes, {m: runs[m][0]["accuracy"] for m in modes}, reasons),
-             root / "elastic.json")
-    return 0 if not reasons and all(t["finished"] for t in trials) else 1
+    return runs, reasons
 
 
 def write(root: Path, settings: dict, runs: dict[str, list[dict]], reasons: dict[str, str]) -> None:

@@ -12,7 +12,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from experiments import netsim, regime
+from experiments import netsim, regime, sim_cluster
 from runtime import space
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def inner_args(argv: list[str]) -> list[str]:
 def run(argv: list[str], nodes: int, rates: list[str], root: Path, workers: list[int]) -> tuple[Path, int]:
     """Every rate's comparison, and the regime report; returns the sweep's folder and 1 if any rate failed."""
     records, code = [], 0
-    with netsim.cluster(nodes, netsim.cpus_per_node(max(workers), nodes)) as sim:
+    with sim_cluster.cluster(nodes, netsim.cpus_per_node(max(workers), nodes)) as sim:
         sweep_dir = _new_folder(root, datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
         for i, rate in enumerate(rates, 1):
             netsim.shape(sim, rate)

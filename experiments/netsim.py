@@ -13,8 +13,7 @@
 - Each node's hostname resolves to its own address (`/etc/netns/<ns>/hosts`, which `ip netns exec` mounts over
   /etc/hosts), as on a real cluster: Horovod 0.28.1 builds its process-set gloo device from the hostname whatever
   HOROVOD_GLOO_IFACE says, and the host's own /etc/hosts maps it to loopback.
-- Teardown kills every process in the namespaces (never `ray stop`, which stops every Ray on the host), deletes
-  the namespaces, and with them the links; it runs after a failure, Ctrl-C or SIGTERM too.
+- The cluster's life, its Ray nodes and its teardown: experiments/sim_cluster.py.
 
 Needs root and the `ip` and `tc` commands; refuses in one line otherwise, before anything is created.
 """
@@ -25,21 +24,13 @@ import math
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from contract.config import ConfigError
-from runtime import launch, signals
 
 log = logging.getLogger(__name__)
 SUBNET = "198.18.0"
@@ -50,9 +41,6 @@ ETC_NETNS = Path("/etc/netns")
 UNSHAPED = "unshaped"
 UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 TBF_LATENCY_MS = 200  # the queue a token bucket keeps before it drops: TCP then backs off, as on a real link
-RAY_START_TIMEOUT_S = 120
-KILL_GRACE_S = 5
-KILL_ROUNDS = 5  # a process can fork while the namespace is emptied: list and kill again until none is left
 
 
 class ClusterError(RuntimeError):
@@ -143,31 +131,13 @@ def in_node(cluster: Cluster, node: int, command: list[str]) -> list[str]:
     return ["ip", "netns", "exec", cluster.namespace(node), *command]
 
 
-@contextmanager
-def cluster(nodes: int, cpus_per_node: int, start_ray: bool = True) -> Iterator[Cluster]:
-    """Build the namespaces and links, start Ray on every node (unless `start_ray` is false: torchrun brings its own
-    rendezvous); tear it all down when the block ends, however."""
-    check_host(nodes)
-    reap_stale()
-    prefix = f"dvh{os.getpid()}"
-    sim = Cluster(nodes, prefix, Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir="/tmp")))
-    signals.install()  # a SIGTERM tears down as Ctrl-C does
-    try:
-        _build_links(sim)
-        if start_ray:
-            _start_ray(sim, cpus_per_node)
-        yield sim
-    finally:
-        teardown(sim)
-
-
 def _ip(*args: str) -> None:
     done = subprocess.run(["ip", *args], capture_output=True, text=True)
     if done.returncode:
         raise ClusterError(f"`ip {' '.join(args)}` failed: {done.stderr.strip()[:200]}")
 
 
-def _build_links(sim: Cluster) -> None:
+def build_links(sim: Cluster) -> None:
     for ns in sim.namespaces():
         _ip("netns", "add", ns)
         _ip("-n", ns, "link", "set", "lo", "up")
@@ -192,44 +162,6 @@ def _build_links(sim: Cluster) -> None:
     for node in range(sim.nodes):
         _ip("-n", sim.namespace(node), "addr", "add", f"{sim.ip(node)}/24", "dev", INTERFACE)
         _ip("-n", sim.namespace(node), "link", "set", INTERFACE, "up")
-
-
-def _start_ray(sim: Cluster, cpus_per_node: int) -> None:
-    for node in range(sim.nodes):
-        start_node(sim, node, cpus_per_node)
-    log.info("simulated cluster: %d nodes (%s), Ray head at %s", sim.nodes,
-             ", ".join(f"{sim.namespace(i)} {sim.ip(i)}" for i in range(sim.nodes)), sim.address)
-
-
-def start_node(sim: Cluster, node: int, cpus_per_node: int) -> None:
-    """Start Ray on node `node`: the head on node 0, else a node that joins it (again, after kill_node)."""
-    role = (["--head", "--port", str(GCS_PORT), "--include-dashboard=false"] if node == 0
-            else ["--address", sim.address])
-    command = in_node(sim, node, [ray_executable(), "start", *role, "--node-ip-address", sim.ip(node),
-                                  "--num-cpus", str(cpus_per_node), "--disable-usage-stats",
-                                  "--temp-dir", str(sim.temp_dir)])
-    log_path = sim.temp_dir / f"ray-start-node{node}.log"
-    try:
-        with log_path.open("w") as out:
-            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=node_environment(sim),
-                                  timeout=RAY_START_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise ClusterError(f"`ray start` on simulated node {node} did not finish in {RAY_START_TIMEOUT_S} s") \
-            from None
-    if done.returncode:
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        raise ClusterError(f"`ray start` on simulated node {node} failed: {tail[0][:200]}")
-
-
-def kill_node(sim: Cluster, node: int) -> int:
-    """SIGKILL every process of node `node` at once, as a lost machine ends them; returns how many there were."""
-    pids = _pids(sim.namespace(node))
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return len(pids)
 
 
 def burst_bytes(bits: float) -> int:
@@ -261,71 +193,6 @@ def counters(sim: Cluster, node: int = 0) -> dict[str, int]:
                           capture_output=True, text=True, check=True)
     stats = json.loads(done.stdout)[0]["stats64"]
     return {"tx_bytes": stats["tx"]["bytes"], "rx_bytes": stats["rx"]["bytes"]}
-
-
-def teardown(sim: Cluster) -> None:
-    """Kill every process in the cluster's namespaces, delete the namespaces (their links go with them), and remove
-    Ray's temp folder. Safe to call twice, and after a half-built cluster. A second Ctrl-C or SIGTERM waits until
-    it is done: a teardown cut short would leave what it exists to remove."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        _kill_and_delete(sim)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-def _kill_and_delete(sim: Cluster) -> None:
-    for _ in range(KILL_ROUNDS):
-        pids = {pid for ns in sim.namespaces() for pid in _pids(ns)}
-        if not pids:
-            break
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + KILL_GRACE_S
-            while (pids := {pid for pid in pids if launch.running(pid)}) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if not pids:
-                break
-    for ns in sim.namespaces():
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        shutil.rmtree(ETC_NETNS / ns, ignore_errors=True)
-    for end in "ab":  # a link made before its namespaces moved it, had a step failed in between
-        for node in range(sim.nodes):
-            subprocess.run(["ip", "link", "del", f"{sim.prefix}{end}{node}"], capture_output=True)
-    shutil.rmtree(sim.temp_dir, ignore_errors=True)
-
-
-def reap_stale() -> None:
-    """Tear down the clusters of runs that no longer live (SIGKILL cannot be caught, so their teardown never ran)."""
-    stale: dict[int, set[int]] = {}
-    for name in leftovers()["namespaces"] + leftovers()["etc_netns"]:
-        if match := re.fullmatch(r"dvh(\d+)-(?:n(\d+)|sw)", name):
-            stale.setdefault(int(match[1]), set()).add(int(match[2] or 0))
-    for pid, nodes in stale.items():
-        if not launch.running(pid) or _started_after(pid, Path("/run/netns") / f"dvh{pid}-n0"):
-            log.warning("removing the simulated cluster of run %d, which ended without tearing it down", pid)
-            temp = [Path(p) for p in Path("/tmp").glob(f"dvh{pid}-*") if Path(p).is_dir()]
-            teardown(Cluster(max(max(nodes) + 1, 3), f"dvh{pid}", temp[0] if temp else Path("/nonexistent")))
-            for folder in temp[1:]:
-                shutil.rmtree(folder, ignore_errors=True)
-
-
-def _started_after(pid: int, made: Path) -> bool:
-    """Whether process `pid` started after `made` was created: then the pid was reused, and the run that made it
-    is gone."""
-    try:
-        return psutil.Process(pid).create_time() > made.stat().st_mtime + 1
-    except (psutil.Error, OSError):
-        return False
-
-
-def _pids(ns: str) -> list[int]:
-    done = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-    return [int(p) for p in done.stdout.split()] if done.returncode == 0 else []
 
 
 def leftovers(prefix: str = "dvh") -> dict[str, list[str]]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from experiments import netsim
+from experiments import netsim, sim_cluster
 
 RDZV_PORT = 29400
 POLL_S = 0.2
@@ -69,7 +69,7 @@ def run(folder: Path, *, nodes: int, env: dict[str, str], timeout_s: float, retu
     timeline = folder / "timeline.jsonl"
     killed = returned = None
     last = nodes - 1
-    with netsim.cluster(nodes, 1, start_ray=driver is not None) as sim:
+    with sim_cluster.cluster(nodes, 1, start_ray=driver is not None) as sim:
         env = {**netsim.node_environment(sim), **env}
 
         def start_agent(node: int, log: str) -> subprocess.Popen:
@@ -90,13 +90,13 @@ def run(folder: Path, *, nodes: int, env: dict[str, str], timeout_s: float, retu
             if kill_when and killed is None:
                 new, read_to = _read_on(timeline, read_to)
                 if any(e["ev"] == "step" and kill_when(e) for e in new):
-                    netsim.kill_node(sim, last)
+                    sim_cluster.kill_node(sim, last)
                     killed = time.time()
             if killed is not None and returned is None and time.time() - killed >= return_after_s:
                 returned = time.time()
                 if driver is None:
                     start_agent(last, f"agent{last}-returned.log")
                 else:
-                    netsim.start_node(sim, last, 1)
+                    sim_cluster.start_node(sim, last, 1)
         code = main.poll()
     return {"exit": code, "killed": killed, "returned": returned, "events": read(timeline)}

@@ -30,32 +30,36 @@ DEFAULT_MB = "100,440"  # ResNet-50 (25.6 M parameters) and BERT-base (110 M) in
 DEFAULT_MODELS = ""
 
 
+def parser() -> cli.Parser:
+    out = cli.Parser(description=__doc__, prog="python -m experiments.predict",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    out.add_argument("sweeps", nargs="+", metavar="SWEEP_DIR",
+                     help="folders written by compare --simulate-nodes (each holds network.json)")
+    out.add_argument("--nodes", default=DEFAULT_NODES, help=f"node counts to predict (default: {DEFAULT_NODES})")
+    out.add_argument("--link-rates", default=DEFAULT_RATES,
+                     help=f"link rates to predict, e.g. 1gbit,10gbit (default: {DEFAULT_RATES})")
+    out.add_argument("--model-width", default=DEFAULT_WIDTHS,
+                     help=f"the ConvNet's widths to predict (default: {DEFAULT_WIDTHS})")
+    out.add_argument("--gradient-mb", default=DEFAULT_MB,
+                     help="gradients of other models, in MB per allreduce (float32 bytes ÷ 1e6; default: "
+                          f"{DEFAULT_MB}, ResNet-50 and BERT-base); predicted for their comm time alone unless "
+                          "--compute-ms gives their compute per step")
+    out.add_argument("--compute-ms", type=float, default=None,
+                     help="the compute per step of the --gradient-mb models, in ms (default: none, comm only)")
+    out.add_argument("--models", default=DEFAULT_MODELS,
+                     help="registry models to predict, at the compute their sweep runs measured (else their comm "
+                          "time alone; default: none), e.g. resnet18,resnet50,vit_b_16")
+    out.add_argument("--hold-out", default="",
+                     help="models whose 2-node runs check the fit instead of joining it, e.g. resnet50 (default: "
+                          "none)")
+    out.add_argument("--bucket-mb", type=float, default=0.0,
+                     help="DDP's bucket cap and Horovod's fusion threshold in MiB for the predictions; 0: each "
+                          "framework's default (default: 0)")
+    return out
+
+
 def main() -> int:
-    parser = cli.Parser(description=__doc__, prog="python -m experiments.predict",
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweeps", nargs="+", metavar="SWEEP_DIR",
-                        help="folders written by compare --simulate-nodes (each holds network.json)")
-    parser.add_argument("--nodes", default=DEFAULT_NODES, help=f"node counts to predict (default: {DEFAULT_NODES})")
-    parser.add_argument("--link-rates", default=DEFAULT_RATES,
-                        help=f"link rates to predict, e.g. 1gbit,10gbit (default: {DEFAULT_RATES})")
-    parser.add_argument("--model-width", default=DEFAULT_WIDTHS,
-                        help=f"the ConvNet's widths to predict (default: {DEFAULT_WIDTHS})")
-    parser.add_argument("--gradient-mb", default=DEFAULT_MB,
-                        help="gradients of other models, in MB per allreduce (float32 bytes ÷ 1e6; default: "
-                             f"{DEFAULT_MB}, ResNet-50 and BERT-base); predicted for their comm time alone unless "
-                             "--compute-ms gives their compute per step")
-    parser.add_argument("--compute-ms", type=float, default=None,
-                        help="the compute per step of the --gradient-mb models, in ms (default: none, comm only)")
-    parser.add_argument("--models", default=DEFAULT_MODELS,
-                        help="registry models to predict, at the compute their sweep runs measured (else their comm "
-                             "time alone; default: none), e.g. resnet18,resnet50,vit_b_16")
-    parser.add_argument("--hold-out", default="",
-                        help="models whose 2-node runs check the fit instead of joining it, e.g. resnet50 (default: "
-                             "none)")
-    parser.add_argument("--bucket-mb", type=float, default=0.0,
-                        help="DDP's bucket cap and Horovod's fusion threshold in MiB for the predictions; 0: each "
-                             "framework's default (default: 0)")
-    args = parser.parse_args()
+    args = parser().parse_args()
     grid = prediction.Grid(nodes=_ints(args.nodes, "--nodes", 2, 4096), rates=_rates(args.link_rates),
                            widths=_ints(args.model_width, "--model-width", 1, MAX_MODEL_WIDTH, allow_empty=True),
                            megabytes=_floats(args.gradient_mb, "--gradient-mb"), compute_ms=args.compute_ms,

@@ -187,6 +187,7 @@ def _constant(name: str, value: float | None, span: list[float | None]) -> str:
 
 
 def markdown(doc: dict[str, Any]) -> str:
+    """The prediction report: how the model was fitted, its check beyond the fit, the predictions, its limits."""
     measured = doc["measured"]
     rates = ", ".join(text.rate(b) for b in measured["rates_bits_per_s"]) + (", unshaped" if measured["unshaped"]
                                                                              else "")
@@ -232,30 +233,39 @@ def markdown(doc: dict[str, Any]) -> str:
             "carries most of a large gradient's time, and h is the least certain constant of the fit (its range "
             "above)."]
     for name in dict.fromkeys(p["gradient"] for p in doc["predictions"]):
-        cells = [p for p in doc["predictions"] if p["gradient"] == name]
-        first = cells[0]
-        grid_rates = list(dict.fromkeys(p["rate"] for p in cells))
-        what = (f"the ConvNet at width {first['width']}" if isinstance(first["width"], int) else
-                first["width"] if first["width"] is not None else f"a {name} gradient")
-        comm_only = first["comm_only"]
-        out += ["", f"### {what} ({first['gradient_bytes'] / 1e6:.3g} MB per allreduce)"
-                + (": comm only (pass --compute-ms for whole steps); each cell: Horovod's comm time ÷ native's, then "
-                   "each backend's comm time per step (native / Horovod)" if comm_only else ""), "",
-                "| nodes | " + " | ".join(text.rate(doc["grid"]["rates"][r]) for r in grid_rates) + " |",
-                "|---|" + "---|" * len(grid_rates)]
-        for nodes in dict.fromkeys(p["nodes"] for p in cells):
-            row = []
-            for rate in grid_rates:
-                p = next(c for c in cells if c["nodes"] == nodes and c["rate"] == rate)
-                r = p["native_over_horovod"]
-                cell = f"{r['value']:.2f} ({r['range'][0]:.2f}–{r['range'][1]:.2f})"
-                if comm_only:
-                    cell += f", {text.seconds(p['native']['step_s'])} / {text.seconds(p['horovod']['step_s'])}"
-                else:
-                    cell += f", {100 * p['native']['efficiency']:.0f} / {100 * p['horovod']['efficiency']:.0f} %"
-                row.append(cell + (" †" if p["extrapolated"] else ""))
-            out.append(f"| {nodes} | " + " | ".join(row) + " |")
-    out += ["", "## What the model leaves out", "",
+        out += prediction_table(doc, [p for p in doc["predictions"] if p["gradient"] == name], name)
+    return "\n".join(out + limits(rates, measured))
+
+
+def prediction_table(doc: dict[str, Any], cells: list[dict[str, Any]], name: str) -> list[str]:
+    """One gradient's predictions: a row per node count, a cell per link rate."""
+    first = cells[0]
+    grid_rates = list(dict.fromkeys(p["rate"] for p in cells))
+    what = (f"the ConvNet at width {first['width']}" if isinstance(first["width"], int) else
+            first["width"] if first["width"] is not None else f"a {name} gradient")
+    comm_only = first["comm_only"]
+    out = ["", f"### {what} ({first['gradient_bytes'] / 1e6:.3g} MB per allreduce)"
+            + (": comm only (pass --compute-ms for whole steps); each cell: Horovod's comm time ÷ native's, then "
+               "each backend's comm time per step (native / Horovod)" if comm_only else ""), "",
+            "| nodes | " + " | ".join(text.rate(doc["grid"]["rates"][r]) for r in grid_rates) + " |",
+            "|---|" + "---|" * len(grid_rates)]
+    for nodes in dict.fromkeys(p["nodes"] for p in cells):
+        row = []
+        for rate in grid_rates:
+            p = next(c for c in cells if c["nodes"] == nodes and c["rate"] == rate)
+            r = p["native_over_horovod"]
+            cell = f"{r['value']:.2f} ({r['range'][0]:.2f}–{r['range'][1]:.2f})"
+            if comm_only:
+                cell += f", {text.seconds(p['native']['step_s'])} / {text.seconds(p['horovod']['step_s'])}"
+            else:
+                cell += f", {100 * p['native']['efficiency']:.0f} / {100 * p['horovod']['efficiency']:.0f} %"
+            row.append(cell + (" †" if p["extrapolated"] else ""))
+        out.append(f"| {nodes} | " + " | ".join(row) + " |")
+    return out
+
+
+def limits(rates: str, measured: dict[str, Any]) -> list[str]:
+    return ["", "## What the model leaves out", "",
             "- **Latency.** This kernel has no netem: every measured link is a veth with tbf's rate limit and "
             "microseconds of delay, so α is this host's per-message cost, not a real network's; a 50 µs or 1 ms "
             "link adds 2(N−1) times its delay per message, which the predictions do not hold.",
@@ -269,7 +279,6 @@ def markdown(doc: dict[str, Any]) -> str:
             f"- **Where the measurements end.** Fitted at 2 nodes, link rates {rates}, {_models(measured['widths'])}; "
             "at the rates predicted (Gbit/s) the host cost h, this "
             "machine's copies and reductions, dominates; it would differ on another machine.", ""]
-    return "\n".join(out)
 
 
 def _models(keys: list[int | str]) -> str:

@@ -14,12 +14,16 @@ from runtime import cli, flags, preflight, run_folder
 # torch and Horovod are imported by the worker once the flags are good: --help and a refused flag answer at once.
 
 
-def main() -> int:
-    parser = cli.Parser(description=__doc__, prog="horovodrun -np N python -m horovod_ddp.train",
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    flags.add(parser, exclude=("workers", *options.DDP_ONLY),
+def parser() -> cli.Parser:
+    out = cli.Parser(description=__doc__, prog="horovodrun -np N python -m horovod_ddp.train",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    flags.add(out, exclude=("workers", *options.DDP_ONLY),
                          defaults={"output_dir": run_folder.DEFAULT})
-    args = parser.parse_args()
+    return out
+
+
+def main() -> int:
+    args = parser().parse_args()
     output_dir = run_folder.resolve(args.output_dir, "horovod", "horovodrun")
     cfg = flags.from_args(args, output_dir=output_dir).with_absolute_paths()
     preflight.check_config(cfg)  # again with the world size once Horovod is up

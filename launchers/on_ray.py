@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from cluster import worker_output
-from cluster.ray_cluster import check_address, check_local_capacity, connect, require
+from cluster.ray_address import check_address
+from cluster.ray_cluster import check_local_capacity, connect, require
 from contract.config import ConfigError, TrainConfig
 from contract.errors import PeerLost
 from contract.options import check as check_options

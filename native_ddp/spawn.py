@@ -11,29 +11,37 @@ machine, use torchrun or Ray (python -m ray_jobs.train).
 """
 
 import argparse
+import ctypes
 import logging
 import os
 import signal
+from typing import Any
 
 from contract import options
+from contract.errors import SPAWNED_ENV
 from runtime import cli, flags, launch, preflight, run_folder, signals
 from workload import data
 
 LAUNCHER = "mp.spawn"
 STOP_WAIT_S = 30.0
+"""How long the ranks get to end after the SIGTERM passed on to them (each says its line) before they are killed."""
 JOIN_GRACE_S = 3.0
 """Once a rank has failed, how long the others get to end on their own, then after mp.spawn's SIGTERM, before it
-kills them: its default, 30 s, kept the command alive that long beside a stopped rank, which SIGTERM cannot end."""
-"""How long the ranks get to end after the SIGTERM passed on to them (each says its line) before they are killed."""
+kills them (a stopped rank, which SIGTERM cannot end, would otherwise hold the command for mp.spawn's 30 s)."""
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 # torch is imported once the flags are good: --help and a refused flag answer at once.
 
 
+def parser() -> cli.Parser:
+    out = cli.Parser(description=__doc__, prog="python -m native_ddp.spawn",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    flags.add(out, exclude=options.HOROVOD_ONLY, defaults={"output_dir": run_folder.DEFAULT})
+    return out
+
+
 def main() -> int:
-    parser = cli.Parser(description=__doc__, prog="python -m native_ddp.spawn",
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    flags.add(parser, exclude=options.HOROVOD_ONLY, defaults={"output_dir": run_folder.DEFAULT})
-    args = parser.parse_args()
+    args = parser().parse_args()
     output_dir = run_folder.resolve(args.output_dir, "native", LAUNCHER)
     cfg = flags.from_args(args, output_dir=output_dir).with_absolute_paths()
     preflight.check_config(cfg)
@@ -45,7 +53,6 @@ def main() -> int:
     run_folder.announce(args.output_dir, output_dir)
     import torch.multiprocessing as mp
 
-    from native_ddp.worker import spawned_rank
 
     # Its "Terminating process N via signal SIGTERM", after a rank that failed has said why in its own line.
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
@@ -67,6 +74,23 @@ def main() -> int:
             cli.say(cli.interrupted_line(signals.exit_code() == 143))
         signals.exit_now(signals.exit_code())
     return 0
+
+
+def spawned_rank(index: int, config: dict[str, Any], world_size: int) -> None:
+    """Rank `index` as torch.multiprocessing.spawn calls it (native_ddp/spawn.py): the environment torchrun would
+    give it, then the same rank's life. Ctrl-C is the launcher's to pass on, as SIGTERM, as torchrun does."""
+    os.environ.update(RANK=str(index), LOCAL_RANK=str(index), WORLD_SIZE=str(world_size), **{SPAWNED_ENV: "1"})
+    # torch's wrapper asks for SIGINT when the launcher dies, which these ranks ignore: SIGTERM, which they answer.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    def rank() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # again: cli.run has just set its own handler for it
+        from contract.config import TrainConfig
+        from native_ddp.worker import run_launched  # torch: in the rank, not in the command that reads the flags
+
+        run_launched(TrainConfig.from_dict(config), LAUNCHER)
+
+    cli.run(rank)
 
 
 class _ranks_start_deaf_to_ctrl_c:

@@ -16,12 +16,16 @@ from runtime import cli, flags, preflight, run_folder
 # torch is imported by the worker once the flags are good: --help and a refused flag answer at once.
 
 
-def main() -> int:
-    parser = cli.Parser(description=__doc__, prog="torchrun --nproc-per-node N -m native_ddp.train",
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    flags.add(parser, exclude=("workers", *options.HOROVOD_ONLY),
+def parser() -> cli.Parser:
+    out = cli.Parser(description=__doc__, prog="torchrun --nproc-per-node N -m native_ddp.train",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    flags.add(out, exclude=("workers", *options.HOROVOD_ONLY),
                          defaults={"output_dir": run_folder.DEFAULT})
-    args = parser.parse_args()
+    return out
+
+
+def main() -> int:
+    args = parser().parse_args()
     output_dir = run_folder.resolve(args.output_dir, "native", "torchrun")
     cfg = flags.from_args(args, output_dir=output_dir).with_absolute_paths()
     if "LOCAL_RANK" not in os.environ:

@@ -3,13 +3,11 @@ the DDP adapter (native_ddp/adapter.py) inside the rank's life (workload/lifecyc
 
 Under Ray Train (`train_func`, launched by `ray_jobs.train --backend native`), TorchTrainer has already
 created the process group (gloo on CPU, NCCL on GPU) and picked the device. Under torchrun
-(`run_launched`, from `torchrun --nproc-per-node N -m native_ddp.train`) and mp.spawn (`spawned_rank`, from
+(`run_launched`, from `torchrun --nproc-per-node N -m native_ddp.train`) and mp.spawn (`native_ddp.spawn.spawned_rank`, from
 `python -m native_ddp.spawn --workers N`), this module creates the group from the environment the launcher set.
 """
 
-import ctypes
 import os
-import signal
 import tempfile
 from dataclasses import replace
 from typing import Any, NoReturn
@@ -18,10 +16,9 @@ import torch
 import torch.distributed as dist
 
 from contract.config import TrainConfig
-from contract.errors import SPAWNED_ENV
 from contract.results import History
 from native_ddp.adapter import lost_peer, torch_all_reduce, train
-from runtime import cli, preflight
+from runtime import preflight
 from workload import checkpoint
 from workload.distributed import DistContext
 from workload.lifecycle import Framework, leave_without_teardown, run_rank
@@ -48,7 +45,6 @@ def _group_from_environment(cfg: TrainConfig) -> DistContext:
                        all_reduce=torch_all_reduce(device))
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 # DDP: Ray Train forms and ends the group around train_func; under torchrun and mp.spawn the rank does both.
 RAY_TRAIN = Framework(init=_ray_train_context, lost_peer=lost_peer, shutdown=lambda: None)
@@ -124,17 +120,3 @@ def run_launched(cfg: TrainConfig, launcher: str) -> NoReturn:
 
     run_rank(LAUNCHED, launcher, cfg, body)
     leave_without_teardown()
-
-
-def spawned_rank(index: int, config: dict[str, Any], world_size: int) -> None:
-    """Rank `index` as torch.multiprocessing.spawn calls it (native_ddp/spawn.py): the environment torchrun would
-    give it, then the same rank's life. Ctrl-C is the launcher's to pass on, as SIGTERM, as torchrun does."""
-    os.environ.update(RANK=str(index), LOCAL_RANK=str(index), WORLD_SIZE=str(world_size), **{SPAWNED_ENV: "1"})
-    # torch's wrapper asks for SIGINT when the launcher dies, which these ranks ignore: SIGTERM, which they answer.
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-    def rank() -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # again: cli.run has just set its own handler for it
-        run_launched(TrainConfig.from_dict(config), "mp.spawn")
-
-    cli.run(rank)

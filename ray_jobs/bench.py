@@ -82,17 +82,21 @@ def table(comparison: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def parser() -> cli.Parser:
+    out = cli.Parser(description=__doc__, prog="python -m ray_jobs.bench",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    out.add_argument("--workers", default="2", help="worker counts (default: 2)")
+    out.add_argument("--repeats", type=int, default=3, help="rounds of every arm, interleaved (default: 3)")
+    out.add_argument("--output-dir", default="results/bench", help="runs go into <output-dir>/<run-id>/")
+    out.add_argument("--aa", action="store_true",
+                     help="also run every arm against a twin of itself and print each A/A ratio: the noise floor "
+                          "the other ratios are read against (doubles the runs)")
+    flags.add(out, exclude=("workers", "output_dir", "checkpoint_dir"), defaults={"epochs": 3})
+    return out
+
+
 def main() -> int:
-    parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.bench",
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", default="2", help="worker counts (default: 2)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of every arm, interleaved (default: 3)")
-    parser.add_argument("--output-dir", default="results/bench", help="runs go into <output-dir>/<run-id>/")
-    parser.add_argument("--aa", action="store_true",
-                        help="also run every arm against a twin of itself and print each A/A ratio: the noise floor "
-                             "the other ratios are read against (doubles the runs)")
-    flags.add(parser, exclude=("workers", "output_dir", "checkpoint_dir"), defaults={"epochs": 3})
-    args = parser.parse_args()
+    args = parser().parse_args()
     cmp = CompareConfig(workers=args.workers, repeats=args.repeats, launchers=",".join(LAUNCHERS), aa=args.aa)
     base = flags.from_args(args, TrainConfig, workers=1, output_dir=".")
     root = preflight.writable_dir(args.output_dir, "--output-dir")

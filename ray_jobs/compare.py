@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from analysis import report, runs, text, tuning
+from analysis import report, runs, terminal, text, tuning
 from contract import models
 from contract.comparison import GROUPS, LISTS, CompareConfig
 from contract.config import ConfigError, TrainConfig
@@ -43,8 +43,7 @@ def main() -> int:
     if cmp.render:
         log.info("%s", render(Path(cmp.render)))
         return 0
-    settings = [grid.with_model_defaults(args, setting) for setting in grid.settings(cmp)]
-    base = flags.from_args(args, TrainConfig, workers=1, output_dir=".", **settings[0])
+    cmp, base, settings = configs(args)
     for setting in settings:
         orchestrator.check_options(replace(base, **setting), list(cmp.backend_names))
         preflight.check_model(replace(base, **setting))
@@ -56,18 +55,23 @@ def main() -> int:
     extra = {"network": args.network, "reuse_references": args.reuse_references}
     if len(settings) > 1:
         grid_dir = grid.run(base, settings, cmp, root, run_id=args.run_id, **extra)
-        log.info("\n%s\nreport: %s", tuning.render(grid_dir), grid_dir / "report.md")
+        tuning.render(grid_dir)
+        log.info("%s", "\n".join(terminal.grid_summary(*tuning.load(grid_dir), grid_dir)))
         return outcome([runs.load(grid_dir / s["folder"]) for s in tuning.load(grid_dir)[0]["settings"]],
                        cmp.assert_parity)
     run_dir = orchestrator.compare(base, cmp, root, run_id=args.run_id, **extra)
-    markdown = report.render(run_dir)
+    report.render(run_dir)
     written = runs.load(run_dir)
-    log.info("\n%s\nreport: %s", markdown, run_dir / "report.md")
-    for n, answer in written["speed"].items():
-        log.info("speed at %s worker(s), %d repeat(s): %s", n, answer["repeats"], answer["sentence"])
-    for n in written["noise_floor"]:
-        log.info("%s", report.noise_line(written, int(n)).replace("**", ""))
+    log.info("%s", "\n".join(terminal.summary(written, run_dir)))
     return outcome([written], cmp.assert_parity)
+
+
+def configs(args: argparse.Namespace) -> tuple[CompareConfig, TrainConfig, list[dict[str, Any]]]:
+    """The comparison's settings, the training config of its first setting, and every setting of a grid (one for a
+    single comparison), checked as the typed configs check them."""
+    cmp = flags.from_args(args, CompareConfig)
+    settings = [grid.with_model_defaults(args, setting) for setting in grid.settings(cmp)]
+    return cmp, flags.from_args(args, TrainConfig, workers=1, output_dir=".", **settings[0]), settings
 
 
 def parser() -> cli.Parser:

@@ -70,18 +70,22 @@ class Trial:
     note: str = ""
 
 
+def parser() -> cli.Parser:
+    out = cli.Parser(description=__doc__, prog="python -m ray_jobs.fault_trials",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    out.add_argument("--trials", type=int, default=5, help="trials per launcher (default: 5)")
+    out.add_argument("--launchers", default=",".join(ARMS), help=f"comma-separated, from {', '.join(ARMS)}")
+    out.add_argument("--kill", choices=("fault", "sigkill"), default="fault",
+                     help="fault: rank 1 kills itself after step 10 of epoch 2; sigkill: this script kills it "
+                          "0.5 s after epoch 1's checkpoint (default: fault)")
+    out.add_argument("--epochs", type=int, default=3, help="epochs per run (default: 3)")
+    out.add_argument("--output-dir", default="results/fault-trials",
+                     help="runs and the table go into <output-dir>/<run-id>/")
+    return out
+
+
 def main() -> int:
-    parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.fault_trials",
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trials", type=int, default=5, help="trials per launcher (default: 5)")
-    parser.add_argument("--launchers", default=",".join(ARMS), help=f"comma-separated, from {', '.join(ARMS)}")
-    parser.add_argument("--kill", choices=("fault", "sigkill"), default="fault",
-                        help="fault: rank 1 kills itself after step 10 of epoch 2; sigkill: this script kills it "
-                             "0.5 s after epoch 1's checkpoint (default: fault)")
-    parser.add_argument("--epochs", type=int, default=3, help="epochs per run (default: 3)")
-    parser.add_argument("--output-dir", default="results/fault-trials",
-                        help="runs and the table go into <output-dir>/<run-id>/")
-    args = parser.parse_args()
+    args = parser().parse_args()
     names = [n.strip() for n in args.launchers.split(",") if n.strip()]
     if not names or any(n not in ARMS for n in names) or len(set(names)) != len(names):
         raise ConfigError(f"--launchers takes distinct names from {', '.join(ARMS)}, got {args.launchers!r}")

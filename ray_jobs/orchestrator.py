@@ -19,7 +19,8 @@ from typing import Any
 from analysis import parity, speed, stats
 from analysis.runs import COMPARISON
 from cluster import worker_output
-from cluster.ray_cluster import check_address, check_local_capacity, connect, require
+from cluster.ray_address import check_address
+from cluster.ray_cluster import check_local_capacity, connect, require
 from contract import models, options, results
 from contract.comparison import CompareConfig
 from contract.config import BACKENDS, TrainConfig
@@ -27,6 +28,7 @@ from contract.errors import RunFailed
 from launchers import arms
 from launchers.arms import Arm
 from launchers.ray_failures import user_error
+from ray_jobs import progress
 from runtime import preflight, space
 from workload import data, tracing
 
@@ -140,7 +142,7 @@ def execute(planned: Plan, started: float) -> list[dict[str, Any]]:
     """Every planned run, then the rounds --target-ci's second stage adds; each run's record, finished or failed."""
     records: list[dict[str, Any]] = []
     spent: dict[int, float] = {}  # seconds of distributed runs per worker count, to price a round
-    _run_all(planned, planned.runs, records, spent, started)
+    _run_all(planned, planned.runs, records, spent)
     cmp = planned.cmp
     if cmp.target_ci:
         # Stein's two-stage procedure: the rounds so far are the pilot; its spread alone fixes how many in all.
@@ -151,22 +153,25 @@ def execute(planned: Plan, started: float) -> list[dict[str, Any]]:
             log.info("two-stage, %d worker(s): %s", n, stage["why"])
             if stage["extra"]:
                 order = stats.balanced_order(planned.arms, cmp.repeats + stage["extra"])
-                _run_all(planned, [(r, arm, n) for r, arm in order if r >= cmp.repeats], records, spent, started)
+                _run_all(planned, [(r, arm, n) for r, arm in order if r >= cmp.repeats], records, spent)
     return records
 
 
-def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict[str, Any]], spent: dict[int, float],
-             started: float) -> None:
+def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict[str, Any]],
+             spent: dict[int, float]) -> None:
     """Run `todo` in order, appending each record; a Ctrl-C or SIGTERM says how many had finished."""
+    rounds = max((r for r, _, _ in todo), default=0) + 1
+    shown = progress.Progress([(r, arm.label, n) for r, arm, n in todo], rounds)
     for i, (round_, arm, n) in enumerate(todo, 1):
         began = time.monotonic()
-        counter = f"[{i}/{len(todo)}]"
+        shown.start()
         if (reused := planned.reused.get((arm.label, n))) is not None:
-            records.append(reuse(reused, planned.reuse_from, planned.run_dir, counter))
+            records.append(reuse(reused, planned.reuse_from, planned.run_dir, f"[{i}/{len(todo)}]"))
             continue
         try:
             own = replace(planned.base, **(planned.per_backend or {}).get(arm.backend, {}))
-            records.append(run_one(arm, round_, n, own, planned.run_dir, planned.network, counter, started))
+            records.append(run_one(arm, round_, n, own, planned.run_dir, planned.network))
+            log.info("%s", shown.line(i, records[-1]))
         except KeyboardInterrupt:
             failed = sum(r["status"] != "ok" for r in records)
             raise KeyboardInterrupt(f"{len(records)} run(s) of this comparison had finished"
@@ -185,14 +190,16 @@ def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[st
     compared = [arm.label for arm in arms.for_backends(backends, launchers)]
     pilot = cmp.repeats if cmp.target_ci else None
     both = set(backends) == set(BACKENDS)
-    out: dict[str, dict[str, Any]] = {k: {} for k in ("parity", "speed", "launcher_overhead", "noise_floor",
-                                                       "cpu_cost", "noise_floor_cpu")}
+    out: dict[str, dict[str, Any]] = {k: {} for k in ("parity", "speed", "end_to_end", "launcher_overhead",
+                                                       "noise_floor", "cpu_cost", "noise_floor_cpu")}
     for n in cmp.worker_counts:
         key = str(n)
         if not planned.per_backend:
             out["parity"][key] = parity.verdict(first_losses(records, n), cmp.parity_steps, cmp.tolerance, compared)
         if both and (answer := speed.speed(records, n, launchers, pilot)):
             out["speed"][key] = {**answer, **({"two_stage": planned.stages[key]} if key in planned.stages else {})}
+        if both and (whole := speed.end_to_end(records, n, launchers, pilot)):
+            out["end_to_end"][key] = whole
         if both and (cost := speed.cpu_cost(records, n, launchers, pilot)):
             out["cpu_cost"][key] = cost
         if overhead := speed.launcher_overhead(records, n, pilot):
@@ -235,14 +242,12 @@ def model_record(cfg: TrainConfig, records: list[dict[str, Any]]) -> dict[str, A
             "gradient_bytes": models.gradient_bytes(cfg.model, **size), "image_size": cfg.image_size}
 
 
-def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path, network: dict[str, Any] | None,
-            counter: str, started: float) -> dict[str, Any]:
+def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path,
+            network: dict[str, Any] | None) -> dict[str, Any]:
     """One run into its own folder; its record for comparison.json, failed or not."""
     name = f"{arm.label.replace('/', '-')}-{n}w" + (f"-r{round_}" if arm.launcher != "local" else "")
     # Each backend takes the options it has; the others are recorded as not applicable in its results.json.
     cfg = replace(options.for_backend(base, arm.backend), workers=n, output_dir=str(run_dir / name))
-    what = f"{counter} {arm.label}, {n} worker(s)" + (f", round {round_ + 1}" if arm.launcher != "local" else "")
-    log.info("%s: started at +%.0f s", what, time.monotonic() - started)
     record = {"arm": arm.label, "backend": arm.backend, "launcher": arm.launcher, "workers": n, "round": round_}
     try:
         doc = arms.run(arm, cfg)
@@ -250,9 +255,6 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path, net
             # The driver knows the link the workers crossed; the workers do not.
             doc["network"] = network
             space.write_results(cfg.output_dir, doc)
-        log.info("%s: done, %.0f samples/s (steady), test accuracy %.2f%%, %.1f s end to end, +%.0f s", what,
-                 doc["epochs"][-1]["samples_per_s_median"], 100 * doc["final"]["test_accuracy"],
-                 doc["end_to_end_s"], time.monotonic() - started)
         return {**record, "status": "ok", "error": None,
                 "results": str(Path(cfg.output_dir, results.FILENAME).relative_to(run_dir)),
                 "artifacts": sorted(str(p.relative_to(run_dir)) for pattern in ARTIFACTS
@@ -261,7 +263,6 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path, net
                 speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]}
     except Exception as error:  # noqa: BLE001 - a failed run is recorded in the report, and the rest go on
         message = failure_line(user_error(error) or error, cfg.output_dir)
-        log.error("%s: FAILED: %s", what, message)
         return {**record, "status": "failed", "error": message}
 
 

@@ -18,15 +18,19 @@ from runtime import cli, flags, launch, run_folder
 # torch and Ray are imported where a run needs them, not here: `--help` and a refused flag answer at once.
 
 
+def parser() -> cli.Parser:
+    out = cli.Parser(description=__doc__, prog="python -m ray_jobs.train",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    out.add_argument("--backend", choices=sorted(BACKENDS), default="native", help="native DDP or Horovod")
+    flags.add(out, defaults={"output_dir": run_folder.DEFAULT})
+    out.add_argument("--name", help="run name; the same name and storage path resume from the last checkpoint")
+    out.add_argument("--storage-path", help="where Ray keeps checkpoints (default: ~/ray_results)")
+    out.add_argument("--max-failures", type=int, default=0, help="restarts after a worker failure (default: 0)")
+    return out
+
+
 def main() -> int:
-    parser = cli.Parser(description=__doc__, prog="python -m ray_jobs.train",
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=sorted(BACKENDS), default="native", help="native DDP or Horovod")
-    flags.add(parser, defaults={"output_dir": run_folder.DEFAULT})
-    parser.add_argument("--name", help="run name; the same name and storage path resume from the last checkpoint")
-    parser.add_argument("--storage-path", help="where Ray keeps checkpoints (default: ~/ray_results)")
-    parser.add_argument("--max-failures", type=int, default=0, help="restarts after a worker failure (default: 0)")
-    args = parser.parse_args()
+    args = parser().parse_args()
     start = launch.process_started()  # end to end, as the user waits: the process's start, imports included
     cfg = flags.from_args(args, output_dir=run_folder.resolve(args.output_dir, args.backend, "ray"))
     options = RayRunOptions(name=args.name, storage_path=args.storage_path, max_failures=args.max_failures)

@@ -1,10 +1,8 @@
-"""What every command-line entry point shares: logging, and the one-line error contract (its flags: runtime/flags.py)."""
+"""What every command-line entry point shares: the one-line error contract (its flags: runtime/flags.py, its logging:
+runtime/logs.py)."""
 
 import argparse
 import atexit
-import contextlib
-import errno
-import logging
 import os
 import signal
 import sys
@@ -13,7 +11,7 @@ from collections.abc import Callable
 
 from contract.config import ConfigError
 from contract.errors import DataError, Diverged, PeerLost, RunFailed, launcher_rank, torchrun_restarts_left
-from runtime import signals
+from runtime import logs, signals
 
 # Settings the user can fix: one line, exit code 2. A diverged run, or one whose peer died, is a failed run: one
 # line, exit code 1.
@@ -73,45 +71,6 @@ def say(message: str, every_rank: bool = False, unless_said: bool = False) -> No
         _said = True
 
 
-PROJECT_LOGGERS = ("__main__", "contract", "runtime", "workload", "native_ddp", "horovod_ddp", "cluster", "launchers",
-                   "analysis", "experiments", "ray_jobs", "tests")
-"""Every package of the project (tests/test_layout.py checks that none is missing), and a module run as __main__."""
-
-
-class _StdoutHandler(logging.StreamHandler):
-    """Writes to whatever sys.stdout is when a line is logged, not to the stream it was at setup: a caller that
-    swaps stdout (pytest's capture, a redirect) and closes the old one must not leave logging writing into it."""
-
-    @property
-    def stream(self):  # type: ignore[override]
-        return sys.stdout
-
-    @stream.setter
-    def stream(self, value: object) -> None:
-        pass
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if sys.stdout is not None:  # None: started with stdout closed (`>&-`)
-            super().emit(record)
-
-    def handleError(self, record: logging.LogRecord) -> None:
-        # A reader that went away (`| head -1`) or a closed stdout: the run goes on and writes its results, its lines
-        # dropped, rather than logging's traceback for every line (seen: 84 of them).
-        error = sys.exc_info()[1]
-        if isinstance(error, BrokenPipeError) or (isinstance(error, OSError) and error.errno == errno.EBADF):
-            with contextlib.suppress(OSError, ValueError):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and no error at exit's flush
-            return
-        super().handleError(record)
-
-
-def setup_logging(rank: int = 0) -> None:
-    """The project's INFO lines on rank 0 only, so a multi-process run prints each once; libraries at WARNING."""
-    logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[_StdoutHandler()], force=True)
-    for name in PROJECT_LOGGERS:
-        logging.getLogger(name).setLevel(logging.INFO if rank == 0 else logging.WARNING)
-
-
 def interrupted_line(sigterm: bool, what: str = "") -> str:
     how = "ended by SIGTERM" if sigterm else "interrupted (Ctrl-C)"
     return f"{how} before the command finished; {what or 'a run that had not finished wrote no result'}"
@@ -120,7 +79,7 @@ def interrupted_line(sigterm: bool, what: str = "") -> str:
 def run(main: Callable[[], int | None]) -> None:
     """Run `main`; a user error becomes one line on stderr and exit code 2, with no traceback; Ctrl-C and SIGTERM one
     line too, and 130 or 143, once what the command started is torn down (runtime/signals.py)."""
-    setup_logging()
+    logs.setup()
     signals.forget()
     signals.install()
     whole_process = main.__module__ == "__main__"  # `python -m`: its teardown is the interpreter's exit

@@ -303,7 +303,7 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
         monkeypatch.setenv("RAY_ADDRESS", "auto")
         monkeypatch.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("tmp")))
         rays = {"127.0.0.1:6": False} if env == "auto-private" else {}
-        monkeypatch.setattr(ray_cluster, "local_rays", lambda: rays)
+        monkeypatch.setattr(own_ray, "local_rays", lambda: rays)
     elif env == "read-only-home":  # where a local start writes Ray's token: a real read-only mount (as root)
         read_only_home(ws / "home", monkeypatch, request)
     argv = [arg.replace("{ws}", str(ws)) for arg in argv]

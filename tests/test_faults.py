@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 
 from contract import results
@@ -22,7 +23,7 @@ from contract.config import TrainConfig
 from launchers import arms
 from ray_jobs import fault_trials
 from ray_jobs.fault_trials import ARMS
-from tests.helpers import BIN, TEST_SIZE, TRAIN_SIZE, run_command
+from tests.helpers import BIN, TEST_SIZE, TRAIN_SIZE, data_flags, run_command
 from workload import data, faults
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
@@ -356,3 +357,52 @@ def test_the_trial_script_refuses_bad_flags_in_one_line(tmp_path):
                           "--output-dir", str(tmp_path / "x")], timeout=60)
     assert result.returncode == 2 and result.stderr.startswith("error: --launchers takes distinct names")
     assert not (tmp_path / "x").exists()
+
+
+def test_a_comparison_killed_while_an_arm_trains_under_its_own_launcher_takes_the_arm_with_it(trial_cfg, tmp_path):
+    """SIGKILL runs nothing of the comparison's: its torchrun arm runs under setpriv --pdeathsig, so the launcher
+    gets SIGTERM from the kernel and ends its ranks; no results.json comes after the kill."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    out = tmp_path / "cmp"
+    command = [str(BIN / "python"), "-m", "ray_jobs.compare", "--launchers", "torchrun", "--backends", "native",
+               "--workers", "2", "--repeats", "1", "--epochs", "3", *data_flags(trial_cfg), "--output-dir", str(out)]
+    compare = subprocess.Popen(command, env={**os.environ, faults.ENV: f"pids={pids}"}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[1])
+    deadline = time.monotonic() + 180
+    while not (pids / "rank1.pid").exists() and compare.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # the references train on rank 0 alone: rank 1 is the torchrun arm's
+    assert (pids / "rank1.pid").exists(), "the torchrun arm never started training"
+    time.sleep(1.0)  # rank 0 of the arm writes its pid too
+    compare.kill()
+    compare.wait()
+    _assert_gone(pids, bound_s=30, ranks=("rank0", "rank1"))
+    assert not list(out.glob("*/native-torchrun-2w-r0/" + results.FILENAME))
+
+
+def test_ray_train_s_controller_killed_is_named_as_the_controller_not_as_a_retried_worker(trial_cfg, tmp_path,
+                                                                                          on_test_cluster):
+    """--max-failures restarts workers, never Ray Train's controller: its death is one line that says so."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    cfg = replace(trial_cfg, output_dir=str(tmp_path / "out"))
+    command = [*arms.command(ARMS["ray-native"], cfg), "--max-failures", "1"]
+    with subprocess.Popen(command, env={**arms.environment(ARMS["ray-native"]), faults.ENV: f"pids={pids}"},
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          cwd=Path(__file__).resolve().parents[1]) as proc:
+        try:
+            deadline = time.monotonic() + 240
+            while not (pids / "epoch1.done").exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            controllers = [p for p in psutil.process_iter(["cmdline"])
+                           if "TrainController" in " ".join(p.info["cmdline"] or [])]
+            assert controllers, "no Ray Train controller to kill"
+            for controller in controllers:
+                controller.kill()
+            output, _ = proc.communicate(timeout=180)
+        finally:
+            proc.kill()
+    ours = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert proc.returncode not in (0, 2) and len(ours) == 1, output[-3000:]
+    assert "Ray Train's controller" in ours[0] and "after 1 retr" not in ours[0], ours
+    assert not (tmp_path / "out" / results.FILENAME).exists()

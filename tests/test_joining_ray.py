@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.ray_cluster import local_rays
+from cluster.own_ray import local_rays
 from tests.helpers import BIN, REPO, assert_one_line_error, data_flags, free_port, stop_ray
 
 pytestmark = pytest.mark.cluster
@@ -61,7 +61,7 @@ def test_a_token_cluster_the_driver_cannot_join_is_refused_at_once(token_cluster
 def test_with_the_token_the_same_check_lets_the_driver_through(token_cluster):
     address, token = token_cluster
     env = _without_auth(RAY_ADDRESS=address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
-    probe = "from cluster.ray_cluster import check_address; print(check_address())"
+    probe = "from cluster.ray_address import check_address; print(check_address())"
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "None", "")
 

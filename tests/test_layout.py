@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import PROJECT_LOGGERS
+from runtime.logs import PROJECT_LOGGERS
 from tests.helpers import REPO
 
 MAY_IMPORT = {
@@ -113,3 +113,28 @@ def test_no_two_modules_define_the_same_collection():
                 twice.append(f"{value} at {seen[value]} and {where}")
             seen.setdefault(value, where)
     assert not twice, twice
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_function_is_longer_than_sixty_lines():
+    """Every function of the project, tools included, reads on one screen."""
+    paths = modules() + sorted((REPO / "tools").glob("*.py"))
+    long = [f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in paths for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, long
+
+
+def test_no_module_imports_a_private_module_of_ray_but_the_two_the_readme_counts():
+    """Ray through its public interface: the places where Ray has none are named in README.md's layout section."""
+    private = [f"{path.relative_to(REPO)}:{node.lineno}" for path in modules()
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, (ast.Import, ast.ImportFrom))
+               and any(part.startswith("_") for name in ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                                                         else [a.name for a in node.names])
+                       if name.startswith("ray.") for part in name.split("."))]
+    assert [where.split(":")[0] for where in private] == ["cluster/ray_address.py", "cluster/worker_output.py",
+                                                          "cluster/worker_output.py"], private

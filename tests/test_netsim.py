@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from contract.config import ConfigError
-from experiments import link_sweep, netsim, regime
+from experiments import link_sweep, netsim, regime, sim_cluster
 from ray_jobs import orchestrator
 from tests.helpers import REPO, assert_one_line_error, data_flags, run_module
 from workload import model
@@ -93,7 +93,7 @@ def test_a_link_failing_half_way_through_the_build_leaves_nothing(monkeypatch):
 
     monkeypatch.setattr(netsim, "_ip", failing)
     with pytest.raises(RuntimeError, match="injected"):
-        with netsim.cluster(2, 1):
+        with sim_cluster.cluster(2, 1):
             pass
     assert not _nothing_left()
 
@@ -101,7 +101,7 @@ def test_a_link_failing_half_way_through_the_build_leaves_nothing(monkeypatch):
 def test_a_ray_that_will_not_start_is_one_error_and_leaves_nothing(monkeypatch):
     monkeypatch.setattr(netsim, "ray_executable", lambda: "/bin/false")  # `false start --head …` exits 1
     with pytest.raises(netsim.ClusterError, match="`ray start` on simulated node 0 failed"):
-        with netsim.cluster(2, 1):
+        with sim_cluster.cluster(2, 1):
             pass
     assert not _nothing_left()
 
@@ -118,8 +118,8 @@ def test_a_reused_pid_does_not_keep_a_dead_run_s_cluster_alive(tmp_path):
     os.utime(made, (time.time() - 60, time.time() - 60))  # the namespace of a run that started a minute ago
     later = subprocess.Popen(["sleep", "30"])  # a process that took the dead run's pid since
     try:
-        assert netsim._started_after(later.pid, made)
-        assert not netsim._started_after(os.getpid(), tmp_path)  # this process is older than tmp_path
+        assert sim_cluster._started_after(later.pid, made)
+        assert not sim_cluster._started_after(os.getpid(), tmp_path)  # this process is older than tmp_path
     finally:
         later.kill()
         later.wait()
@@ -150,7 +150,7 @@ def test_two_sweeps_in_one_second_get_two_folders(tmp_path):
 
 @pytest.mark.cluster
 def test_a_three_node_cluster_is_bridged_and_every_node_reaches_every_other_and_a_node_can_be_lost():
-    with netsim.cluster(3, 1, start_ray=False) as sim:  # the links alone
+    with sim_cluster.cluster(3, 1, start_ray=False) as sim:  # the links alone
         netsim.shape(sim, "50mbit")
         for a, b in ((0, 1), (1, 2), (2, 0)):
             probe = ("import socket; s = socket.socket(); s.settimeout(3); "
@@ -160,9 +160,9 @@ def test_a_three_node_cluster_is_bridged_and_every_node_reaches_every_other_and_
             assert done.stdout.strip() == "111", (a, b, done.stdout, done.stderr)
         lost = subprocess.Popen(netsim.in_node(sim, 1, ["sleep", "600"]))  # `ip netns exec` becomes the sleep
         deadline = time.monotonic() + 10
-        while lost.pid not in netsim._pids(sim.namespace(1)) and time.monotonic() < deadline:
+        while lost.pid not in sim_cluster._pids(sim.namespace(1)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert netsim.kill_node(sim, 1) == 1 and lost.wait(timeout=10) == -signal.SIGKILL
+        assert sim_cluster.kill_node(sim, 1) == 1 and lost.wait(timeout=10) == -signal.SIGKILL
     assert not _nothing_left()
 
 
@@ -310,12 +310,12 @@ def test_a_cluster_left_by_a_killed_run_is_reaped_by_the_next(monkeypatch):
     dead = subprocess.Popen(["true"])
     dead.wait()  # a pid that no longer runs, as a SIGKILLed sweep's
     monkeypatch.setattr(os, "getpid", lambda: dead.pid)
-    cm = netsim.cluster(2, 1)
+    cm = sim_cluster.cluster(2, 1)
     cm.__enter__()  # built, then abandoned without teardown, as by SIGKILL
     assert netsim.leftovers()["namespaces"]
     monkeypatch.undo()
     monkeypatch.setattr(netsim, "_start_ray", lambda sim, cpus: None)
-    with netsim.cluster(2, 1):
+    with sim_cluster.cluster(2, 1):
         assert netsim.leftovers()["namespaces"] == [f"dvh{os.getpid()}-n0", f"dvh{os.getpid()}-n1"]
     assert not _nothing_left()
 

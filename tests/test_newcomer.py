@@ -113,9 +113,13 @@ def test_the_readme_cluster_block_works_as_pasted(tmp_path, before):
     prefix, env = _sandbox(home, ray_tmp)
     script = "ip link set lo up\n"
     if before == "after a local ray.init":
-        # What `make compare` leaves: a local Ray start writes ~/.ray/auth_token.
+        # What `make compare` leaves: a local Ray start writes ~/.ray/auth_token. And another Ray cluster runs on the
+        # machine, recorded where Ray records clusters: the block must name its own.
         script += f"{sys.executable} -c 'import ray; ray.init(num_cpus=1); ray.shutdown()' >/dev/null 2>&1\n"
         script += "test -s ~/.ray/auth_token\n"
+        script += (f"RAY_AUTH_MODE=token ray start --head --port 6400 --dashboard-port 8300 --num-cpus 0 "
+                   f"--ray-client-server-port 9201 --dashboard-agent-listen-port 52400 --metrics-export-port 8400 "
+                   f"--temp-dir {ray_tmp / 'other'} >/dev/null 2>&1\n")
     block = readme_block()
     if before == "fresh machine":
         block = "".join(block.splitlines(keepends=True)[:2]) + "test -s ~/.ray/auth_token\n"
@@ -127,6 +131,7 @@ def test_the_readme_cluster_block_works_as_pasted(tmp_path, before):
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert "AuthenticationError" not in output and "Traceback" not in output, output[-4000:]
+    assert "multiple active Ray instances" not in output, output[-4000:]
     if before == "fresh machine":
         assert block.splitlines()[1].startswith("ray get-auth-token --generate"), block
         return

@@ -90,6 +90,7 @@ def comparison(repeats: int = 3, steady: dict | None = None) -> dict:
                             "max_abs_step_loss_difference": {"native vs horovod": 0.0},
                             "informational": {"reference vs global-batch": 0.012}} for n in (1, 2)},
         "speed": {str(n): answer for n in (1, 2) if (answer := speed.speed(runs, n, launchers))},
+        "end_to_end": {str(n): answer for n in (1, 2) if (answer := speed.end_to_end(runs, n, launchers))},
         "launcher_overhead": {str(n): speed.launcher_overhead(runs, n) for n in (1, 2)},
     }
 
@@ -115,6 +116,13 @@ def table_after(text: str, header_start: str) -> list[list[str]]:
     return body
 
 
+def named_rows(text: str, header_start: str) -> dict[str, dict[str, str]]:
+    """The first table whose header starts with `header_start`, as {arm: {column: cell}}."""
+    header = next(line for line in text.splitlines() if line.startswith(header_start))
+    names = [cell.strip() for cell in header.strip("|").split("|")]
+    return {row[0]: dict(zip(names, row)) for row in table_after(text, header_start)}
+
+
 def test_a_comparison_with_repeats_renders_medians_verdicts_and_plots(tmp_path):
     doc = comparison()
     doc["launcher_overhead"]["2"] = {  # hand-written figures, as in the schema, so the rendering is checked exactly
@@ -131,19 +139,23 @@ def test_a_comparison_with_repeats_renders_medians_verdicts_and_plots(tmp_path):
     assert f"**Speed: {doc['speed']['2']['sentence']}**" in two
     assert doc["speed"]["2"]["repeats"] == 3 and "3 repeats)" in two.split("**Speed:")[1].split("\n\n")[1]
     assert "steady-state throughput" in markdown and "paired t interval on the log ratios" in markdown
+    assert doc["end_to_end"]["2"]["native"] == [34.5, 33.4, 35.4]  # each round's last phase
+    assert f"**End to end: {doc['end_to_end']['2']['sentence']}** — native ÷ Horovod in runs per second" in two
 
     main = table_after(two, "| arm | final train loss")
     assert [r[0] for r in main] == ["reference", "global-batch", "native", "horovod", "native/torchrun",
                                     "horovod/horovodrun"]
-    by_arm = {r[0]: r for r in main}
-    assert by_arm["native"][4] == "2800 (2750–2900, n=3)"  # median of 2800, 2750, 2900
-    assert by_arm["horovod"][4] == "2790 (2700–2810, n=3)"
-    assert by_arm["horovod/horovodrun"][4] == "2650 (2600–2700, n=2)"  # the failed round is left out
-    assert by_arm["reference"][4] == "1800 (n=1)"
-    assert by_arm["native"][-2] == "93%"  # 2800 / (2 × 1500)
-    assert by_arm["reference"][-2] == "—"
-    assert by_arm["native"][9] == "12.0 s"  # two 6 s epochs until 97 % ≥ 95 %
-    assert by_arm["horovod"][-1] == "no" and by_arm["native"][-1] == "yes"
+    by_arm = named_rows(two, "| arm | final train loss")
+    steady = "steady samples/s, all workers (median, min–max, runs)"
+    assert by_arm["native"][steady] == "2800 (2750–2900, n=3)"  # median of 2800, 2750, 2900
+    assert by_arm["horovod"][steady] == "2790 (2700–2810, n=3)"
+    assert by_arm["horovod/horovodrun"][steady] == "2650 (2600–2700, n=2)"  # the failed round is left out
+    assert by_arm["reference"][steady] == "1800 (n=1)"
+    assert by_arm["native"]["scaling efficiency"] == "93%"  # 2800 / (2 × 1500)
+    assert by_arm["reference"]["scaling efficiency"] == "—"
+    assert "time to 95%" not in by_arm["native"]  # reached at the end of the last epoch: it says nothing new
+    assert by_arm["horovod"]["buffers identical"] == "no" and by_arm["native"]["buffers identical"] == "yes"
+    assert not any("±" in cell for cell in by_arm["native"].values())  # one throughput figure: the verdict's
 
     assert ("| native | torchrun | 0.980 (95 % CI 0.900–1.050, ±8.0 %, 3 repeats) "
             "| 1.900 (95 % CI 1.700–2.100, ±11.1 %, 3 repeats) |") in two
@@ -154,7 +166,7 @@ def test_a_comparison_with_repeats_renders_medians_verdicts_and_plots(tmp_path):
     # native under Ray started at 9.1+3, 8.0+3, 10.0+3: median 12.1, then the fixed gaps.
     assert ph["native"] == ["native", "3", "12.1 s", "17.0 s", "21.2 s", "27.0 s", "34.5 s", "0.80 s", "0.30 s"]
     assert ph["horovod/horovodrun"][:3] == ["horovod/horovodrun", "2", "6.8 s"]  # median of 7.0 and 6.5
-    assert by_arm["native"][5] == "34.5 s"  # end to end, the median of the last phase
+    assert by_arm["native"]["end to end (median)"] == "34.5 s"  # the median of the last phase
 
     assert "- horovod/horovodrun with 2 worker(s), round 2 of 3: RuntimeError: horovodrun exited" in markdown
     assert "**Parity: PASS**" in two and "DataParallel needs 2 GPUs" in markdown
@@ -302,6 +314,10 @@ def test_the_verdict_plot_draws_every_row_and_says_when_there_is_none(tmp_path):
     plots.plot_intervals([], tmp_path / "empty.png", "title")
     for name in ("verdicts.png", "empty.png"):
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+    assert plots.in_words({"ratio": 0.65, "ci95": [0.496, 0.851]}) == "Horovod 53.8 % faster (17.5–101.6 %)"
+    assert plots.in_words({"ratio": 1.103, "ci95": [1.071, 1.136]}) == "native 10.3 % faster (7.1–13.6 %)"
+    assert plots.in_words({"ratio": 0.99, "ci95": [0.949, 1.032]}) == "undecided (−5.1 to +3.2 %)"
+    assert plots.in_words(rows[1][1] | {"names": ("native", "its twin")}).startswith("no difference found (−5.0")
 
 
 def test_without_ray_native_is_compared_under_the_first_of_its_own_launchers_that_ran(tmp_path):
@@ -321,10 +337,14 @@ def test_a_run_measured_beside_other_work_carries_a_caveat_and_a_quiet_one_none(
             busy = 0.6 if r["arm"] == "horovod" and r["workers"] == 2 else 0.05
             r["machine_load"] = {"others_share": busy, "steal_share": 0.0, "busy_share": 1.0, "cores": 2.0,
                                  "wall_s": 5.0}
-    assert report.load_line(doc, 1) is None
-    line = report.load_line(doc, 2)
-    assert line.startswith("**Measured on a busy machine**: other processes used up to 60 % of the cores")
-    assert "horovod 60 %" in line and "native 5 %" in line and "unevenly" in line
+    quiet = speed.speed(doc["runs"], 1, doc["settings"]["launchers"])
+    busy = speed.speed(doc["runs"], 2, doc["settings"]["launchers"])
+    assert quiet["machine_load"] is None and "measured while" not in quiet["sentence"]
+    assert busy["sentence"].endswith(" — measured while other processes used up to 60 % of the cores (median native "
+                                     "5 %, horovod 60 %): not a quiet-machine result; the load fell unevenly on the "
+                                     "arms, so this ratio carries it")
+    doc["speed"] = {"1": quiet, "2": busy}
+    assert busy["sentence"] in report.speed_line(doc, 2)
 
 
 def test_what_else_used_the_host_is_its_busy_time_less_the_ranks_own_plus_steal():
@@ -335,3 +355,38 @@ def test_what_else_used_the_host_is_its_busy_time_less_the_ranks_own_plus_steal(
     assert load["others_share"] == pytest.approx((18 - 15 + 1) / 20) and load["steal_share"] == pytest.approx(0.05)
     assert host_load.window(None, end, 10.0) is None and host_load.others(None, 1.0) is None
     assert host_load.sample() is not None  # Linux: /proc/stat reads
+
+
+def test_the_terminal_summary_gives_the_verdicts_first_in_at_most_15_lines(tmp_path):
+    from analysis import terminal
+
+    doc = comparison()
+    doc["settings"]["workers"] = [2]
+    doc["model"] = {"name": "convnet", "parameters": 29_034, "gradient_bytes": 116_136}
+    lines = terminal.summary(doc, tmp_path)
+    assert len(lines) <= 15, lines
+    assert lines[0] == "Native DDP or Horovod? convnet (116.1 kB of gradient), on Ray, 3 round(s), 5 min 0 s:"
+    assert lines[2] == f"  speed (steady samples/s): {doc['speed']['2']['sentence']}"
+    assert lines[3].startswith("  end to end (launch to return): ")
+    assert "  parity: PASS, largest step-loss difference 0 over 50 steps" in lines
+    assert lines[-2] == "1 run(s) failed: the report's Failed runs says why"
+    assert lines[-1].startswith(f"report: {tmp_path / 'report.md'} (plots beside it: verdicts.png")
+
+
+def test_a_progress_line_says_where_the_run_stands_and_the_time_left(monkeypatch):
+    from ray_jobs import progress
+
+    clock = iter([0.0, 20.0, 20.0, 50.0, 50.0, 60.0])  # the runs take 20 s, 30 s and 10 s
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    todo = [(0, "reference", 2), (0, "native", 2), (0, "horovod", 2), (1, "horovod", 2), (1, "native", 2)]
+    shown = progress.Progress(todo, rounds=2)
+    ref = run("reference", 2, 0, 1800.0)
+    assert shown.line(1, ref) == ("[1/5] reference · 2 worker(s): test accuracy 97.00% · about 1 min 20 s left")
+    shown.start()
+    native = run("native", 2, 0, 2800.0, started=9.1)
+    assert shown.line(2, native) == ("[2/5] round 1/2 · native · 2 worker(s): 2,800 samples/s steady, 31.5 s end to "
+                                     "end, test accuracy 97.00% · about 1 min 20 s left")  # 25 + 25 + 30 s
+    shown.start()
+    line = shown.line(3, run("horovod", 2, 0, None))
+    assert line.startswith("[3/5] round 1/2 · horovod · 2 worker(s): FAILED: RuntimeError")
+    assert line.endswith(" · about 40 s left")  # each arm at its own: 10 + 30 s

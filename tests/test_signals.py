@@ -133,7 +133,7 @@ def test_a_driver_killed_with_sigkill_leaves_no_ray_behind(base_cfg, tmp_path):
 
 
 def test_an_interrupted_comparison_says_which_runs_had_finished(base_cfg, tmp_path, monkeypatch):
-    record = {"status": "ok"}
+    record = {"status": "ok", "launcher": "local", "final": {"test_accuracy": 0.9}}
     calls = []
 
     def run_one(*args, **kwargs):
@@ -302,3 +302,27 @@ time.sleep(30)
 """)
     out, err = _signalled_once_ready(command, signum)
     assert (command.returncode, err.strip()) == (code, line), err
+
+
+@pytest.mark.faults
+def test_its_own_ray_node_killed_under_a_run_is_one_line_naming_the_node(base_cfg, tmp_path):
+    """The raylet of the command's own Ray, killed mid-training: one line naming the node, not a worker, and none of
+    the driver's C++ lines (they go to ray.log); nothing of that Ray left."""
+    before = _private_rays()
+    run = _training_on_its_own_ray(base_cfg, tmp_path)
+    raylets = [p for p in psutil.Process(run.pid).children(recursive=True) if p.name() == "raylet"]
+    assert raylets, [p.name() for p in psutil.Process(run.pid).children(recursive=True)]
+    raylets[0].kill()
+    try:
+        out, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    ours = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert run.returncode not in (0, 2) and len(ours) == 1, err[-3000:]
+    assert "the Ray node this run used went away" in ours[0], ours
+    assert "core_worker" not in err and "Traceback" not in err, err[-3000:]
+    deadline = time.monotonic() + 60
+    while not _private_rays() <= before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _private_rays() <= before

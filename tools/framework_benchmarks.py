@@ -36,18 +36,22 @@ PLAIN_DDP = Path(__file__).with_name("plain_ddp_benchmark.py")
 ITER = re.compile(r"Iter #\d+: ([\d.]+) img/sec per")
 
 
+def parser() -> cli.Parser:
+    out = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    out.add_argument("--horovod-benchmark", type=Path, required=True,
+                     help="Horovod's examples/pytorch/pytorch_synthetic_benchmark.py")
+    out.add_argument("--models", default="resnet18,resnet50", help="torchvision models (default: resnet18,resnet50)")
+    out.add_argument("--rounds", type=int, default=3, help="paired rounds per model (default: 3)")
+    out.add_argument("--workers", type=int, default=2, help="processes per run (default: 2)")
+    out.add_argument("--warmup-batches", type=int, default=3, help="batches left out (default: 3)")
+    out.add_argument("--batches-per-iter", type=int, default=4, help="batches per Horovod iteration (default: 4)")
+    out.add_argument("--iters", type=int, default=5, help="Horovod iterations measured (default: 5)")
+    out.add_argument("--output-dir", default="results/framework-benchmarks", help="where runs and the table go")
+    return out
+
+
 def main() -> int:
-    parser = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--horovod-benchmark", type=Path, required=True,
-                        help="Horovod's examples/pytorch/pytorch_synthetic_benchmark.py")
-    parser.add_argument("--models", default="resnet18,resnet50", help="torchvision models (default: resnet18,resnet50)")
-    parser.add_argument("--rounds", type=int, default=3, help="paired rounds per model (default: 3)")
-    parser.add_argument("--workers", type=int, default=2, help="processes per run (default: 2)")
-    parser.add_argument("--warmup-batches", type=int, default=3, help="batches left out (default: 3)")
-    parser.add_argument("--batches-per-iter", type=int, default=4, help="batches per Horovod iteration (default: 4)")
-    parser.add_argument("--iters", type=int, default=5, help="Horovod iterations measured (default: 5)")
-    parser.add_argument("--output-dir", default="results/framework-benchmarks", help="where runs and the table go")
-    args = parser.parse_args()
+    args = parser().parse_args()
     if not args.horovod_benchmark.is_file():
         raise ConfigError(f"--horovod-benchmark {args.horovod_benchmark} is not a file; take "
                           "examples/pytorch/pytorch_synthetic_benchmark.py from a clone of github.com/horovod/horovod")

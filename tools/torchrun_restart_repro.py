@@ -67,11 +67,15 @@ def trial(share_store: bool, timeout_s: float, folder: Path) -> tuple[str, float
     return f"failed: {reason[:120]}", seconds
 
 
+def parser() -> argparse.ArgumentParser:
+    out = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    out.add_argument("--trials", type=int, default=4)
+    out.add_argument("--timeout-s", type=float, default=90)
+    return out
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trials", type=int, default=4)
-    parser.add_argument("--timeout-s", type=float, default=90)
-    args = parser.parse_args()
+    args = parser().parse_args()
     outcomes: dict[bool, list[str]] = {True: [], False: []}
     for index in range(args.trials):
         for share in (True, False):  # interleaved

@@ -26,6 +26,9 @@ class DistContext:
     all_reduce: AllReduce
     ready_at: float = field(default_factory=time.time)
     """Wall-clock time the process group became usable: backends build the context right after it."""
+    began_at: float | None = None
+    """Wall-clock time this rank's code began (workload/lifecycle.py), the same moment under every launcher: a Ray
+    worker process may have been started, pooled, before the run; None where no rank life ran (the references)."""
 
     @property
     def is_main(self) -> bool:

@@ -7,7 +7,9 @@ collective raises when a peer has gone).
 """
 
 import contextlib
+import dataclasses
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -15,7 +17,7 @@ from typing import Any, NoReturn
 from contract import summary
 from contract.config import TrainConfig
 from contract.errors import PeerLost, launcher_rank
-from runtime import cli, signals, worker_end
+from runtime import cli, logs, signals, worker_end
 from workload import cores, faults
 from workload.distributed import NO_CHECKPOINT_HINT, RESUME_HINTS, DistContext, leave, peer_lost
 from workload.watchdog import Watchdog
@@ -42,17 +44,18 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
     the process with that line (the driver says how to resume), and the output router is told that this worker has
     nothing more to print."""
     on_ray = launcher == "ray"
+    began = time.time()
     # From before the group exists: a peer that dies while it forms must not leave this rank waiting for gloo's
     # 30-minute default.
     with contextlib.ExitStack() as stack, Watchdog(cfg.stall_timeout_s, cfg.output_dir, report=on_ray) as watchdog:
         if not on_ray:
             stack.enter_context(say_when_ended(launcher, cfg, watchdog))
             faults.point("init", launcher_rank())
-        ctx = framework.init(cfg)
+        ctx = dataclasses.replace(framework.init(cfg), began_at=began)
         watchdog.joined(ctx.rank, ctx.world_size)
         cores.pin(ctx.rank, ctx.world_size, cfg.cpu_affinity)  # after init: the framework's threads exist by now
         watchdog.kick("starting")
-        cli.setup_logging(ctx.rank)
+        logs.setup(ctx.rank)
         try:
             doc = train(ctx, watchdog)
             if doc and not on_ray:

@@ -118,7 +118,8 @@ def train_and_report(
     wall_time = earlier + time.perf_counter() - start
     if not trainer.ctx.is_main:
         return None
-    stamps = {"workers_started": launch.process_started(), "process_group_ready": trainer.ctx.ready_at,
+    stamps = {"workers_started": trainer.ctx.began_at or launch.process_started(),
+              "process_group_ready": trainer.ctx.ready_at,
               **trainer.stamps}
     doc = results.build(
         backend=backend, launcher=launcher, workers=trainer.ctx.world_size * len(trainer.loaders), cfg=trainer.cfg,

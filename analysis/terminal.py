@@ -1,0 +1,66 @@
+"""What compare prints once it is done: the verdicts first, a few lines per worker count, and where the report is.
+The full report stays in report.md."""
+
+from pathlib import Path
+from typing import Any
+
+from analysis import runs, speed, stats, text
+
+PLOTS = "verdicts.png, loss.png, throughput.png, overhead.png"
+
+
+def summary(comparison: dict[str, Any], run_dir: Path) -> list[str]:
+    """At most 15 lines for one worker count, verdict first."""
+    s = comparison["settings"]
+    where = "on Ray" if "ray" in s["launchers"] else "under " + " and ".join(speed.compared_arms(s["launchers"]))
+    model = comparison.get("model") or {"name": s["config"].get("model", "convnet")}
+    size = f" ({text.size(model['gradient_bytes'])} of gradient)" if model.get("gradient_bytes") else ""
+    out = [f"Native DDP or Horovod? {model['name']}{size}, {where}, {runs.rounds(comparison)} round(s), "
+           f"{text.duration(comparison['wall_time_s'])}:"]
+    for n in s["workers"]:
+        out += [f"{n} worker(s):", *(f"  {line}" for line in per_workers(comparison, n))]
+    failed = sum(r["status"] != "ok" for r in comparison["runs"])
+    if failed:
+        out.append(f"{failed} run(s) failed: the report's Failed runs says why")
+    out.append(f"report: {run_dir / 'report.md'} (plots beside it: {PLOTS})")
+    return out
+
+
+def per_workers(comparison: dict[str, Any], n: int) -> list[str]:
+    key = str(n)
+    answer = comparison["speed"].get(key)
+    said = answer["sentence"] if answer else "no verdict: no round finished on both sides"
+    out = [f"speed (steady samples/s): {said}"]
+    if whole := comparison.get("end_to_end", {}).get(key):
+        out.append(f"end to end (launch to return): {whole['sentence']}")
+    if cost := comparison.get("cpu_cost", {}).get(key):
+        out.append(f"CPU cost: {cost['sentence']}")
+    if floor := comparison.get("noise_floor", {}).get(key):
+        widths = [stats.stored_half_width(e) for e in floor.values() if e["ci95"] is not None]
+        out.append(f"A/A resolution: ±{100 * max(widths):.1f} %" if widths else "A/A resolution: one round, unknown")
+    if verdict := comparison["parity"].get(key):
+        largest = max(verdict["max_abs_step_loss_difference"].values(), default=None)
+        out.append(f"parity: {verdict['verdict']}" + (f", largest step-loss difference {text.number(largest)} over "
+                                                      f"{verdict['steps']} steps" if largest is not None else "")
+                   + (f" ({verdict['why']})" if verdict.get("why") else ""))
+    if answer and (stage := answer.get("two_stage")):
+        out.append(f"rounds: a pilot of {stage['pilot']}; " + (
+            f"its spread asked for {stage['needed']} in all for ±{100 * stage['target']:g} %, {stage['extra']} added"
+            + (" (as many as --budget-min allowed)" if stage["budget_limited"] else "")
+            if stage["needed"] else "too few finished pairs for a spread, none added"))
+    return out
+
+
+
+def grid_summary(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], grid_dir: Path) -> list[str]:
+    """A tuning grid or a --models run: one line per setting and worker count, the verdict first."""
+    out = [f"Native DDP or Horovod? {len(grid['settings'])} comparison(s), varying "
+           + ", ".join("--" + name.replace("_", "-") for name in grid["varied"]) + ":"]
+    for setting in grid["settings"]:
+        comparison = comparisons[setting["folder"]]
+        named = ", ".join(f"{name.replace('_', '-')} {setting[name]}" for name in grid["varied"])
+        for n in grid["workers"]:
+            answer = comparison["speed"].get(str(n))
+            parity = comparison["parity"].get(str(n), {}).get("verdict", "not judged")
+            out.append(f"  {named}, {n} worker(s): {answer['sentence'] if answer else 'no verdict'}; parity {parity}")
+    return out + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]

@@ -1,0 +1,124 @@
+"""The front door and the reference pages stand as written: every link resolves, the README's figures are the
+committed results', and every command a user would paste parses and validates as it stands (flags, values, make
+targets, modules and scripts), in the entry point's own parser. The README's Ray block also runs as pasted
+(tests/test_newcomer.py), as do the one-backend commands (tests/test_running.py)."""
+
+import importlib
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from contract.config import ConfigError, TrainConfig
+from runtime import flags
+from tests.helpers import REPO
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+SHELL = ("sh", "bash")
+
+
+def blocks() -> list[tuple[str, str]]:
+    """Every shell block of every page: (page, block text)."""
+    out = []
+    for page in PAGES:
+        for lang, body in re.findall(r"```(\w*)\n(.*?)```", page.read_text(), re.S):
+            if lang in SHELL:
+                out.append((str(page.relative_to(REPO)), body))
+    return out
+
+
+def commands(block: str) -> list[str]:
+    """A block's commands: continuations joined, comments and blank lines dropped."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    out = []
+    for line in joined.splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            out.append(" ".join(shlex.quote(w) for w in words))
+    return out
+
+
+EVERY = [(page, command) for page, block in blocks() for command in commands(block)]
+OTHER_PROGRAMS = {"export", "ray", "tensorboard", ".venv/bin/tensorboard"}
+"""Commands of other programs, whose flags are theirs: a user's shell, Ray's CLI, TensorBoard."""
+PLACEHOLDER = re.compile(r"<[^>]+>|\.\.\.|…")
+
+
+def entry_point(words: list[str]) -> tuple[str, list[str]] | None:
+    """The project's module or script a command runs, and its arguments, through sudo, the venv's python, torchrun,
+    horovodrun and `ray job submit … --`; None for a command of another program."""
+    if "--" in words and words[0] == "ray":
+        words = words[words.index("--") + 1:]
+    while words and words[0] in ("sudo",):
+        words = words[1:]
+    if words[0] == "torchrun":
+        return words[words.index("-m") + 1], words[words.index("-m") + 2:]
+    if words[0] == "horovodrun":
+        words = words[words.index("python"):] if "python" in words else words[3:]
+    if Path(words[0]).name.startswith("python"):
+        if words[1] == "-m":
+            return words[2], words[3:]
+        return words[1], words[2:]
+    return None
+
+
+TRAINING = ("ray_jobs.train", "native_ddp.train", "horovod_ddp.train", "native_ddp.spawn")
+"""The entry points whose flags are TrainConfig's."""
+
+
+def parse(module: str, argv: list[str]) -> None:
+    """`argv` through `module`'s own parser, then the typed configs its flags build (their checks)."""
+    loaded = importlib.import_module(module) if not module.endswith(".py") else _script(REPO / module)
+    args = loaded.parser().parse_args(argv)
+    if module == "ray_jobs.compare":
+        loaded.configs(args)
+    elif module in TRAINING:
+        flags.from_args(args, TrainConfig, **({} if "workers" in vars(args) else {"workers": 1}))
+    elif module == "experiments.elastic_trials":
+        loaded.check(args)
+
+
+def _script(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MAKE_TARGETS = set(re.findall(r"^([a-z-]+):", (REPO / "Makefile").read_text(), re.M))
+
+
+@pytest.mark.parametrize("page, command", EVERY, ids=[f"{p}: {c[:60]}" for p, c in EVERY])
+def test_every_command_a_user_would_paste_stands_as_written(page, command, monkeypatch):
+    words = shlex.split(command)
+    if words[0] == "make":
+        assert words[1] in MAKE_TARGETS, f"{page}: make {words[1]} is no target of the Makefile"
+        given = next((w.split("=", 1)[1] for w in words[2:] if w.startswith("ARGS=")), "")
+        if given:
+            parse("ray_jobs.compare", shlex.split(given))
+        return
+    found = entry_point(words)
+    if found is None:
+        assert Path(words[0]).name in OTHER_PROGRAMS, f"{page}: {command} runs neither the project nor a known tool"
+        return
+    module, argv = found
+    # `<run-id>`: a path the user fills in; `…`: more of the same. The flags around them still parse.
+    argv = [PLACEHOLDER.sub("filled-in", a) for a in argv if a not in ("...", "…")]
+    monkeypatch.chdir(REPO)
+    try:
+        parse(module, argv)
+    except SystemExit as exited:
+        pytest.fail(f"{page}: `{command}` is refused by its parser (exit {exited.code})")
+    except ConfigError as error:
+        pytest.fail(f"{page}: `{command}` is refused: {error}")
+
+
+def test_every_link_of_the_readme_and_the_docs_resolves():
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(REPO)} → {target}")
+    assert not broken, broken
