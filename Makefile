@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install test test-fast compare bench faults clean
+.PHONY: install test test-fast compare bench faults docs clean
 
 # Reinstalls only when the declared dependencies or the Horovod build recipe change.
 $(STAMP): pyproject.toml tools/build_horovod.py
@@ -19,9 +19,9 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The unit tier alone: no cluster, no launcher, no fault trial (under a minute here).
+# The unit tier alone: no cluster, no launcher, no fault trial, no re-render of docs/results (under a minute here).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not cluster and not faults" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not cluster and not faults and not docs" $(PYTEST_ARGS)
 
 # Without ARGS, the default answer: rounds until native ÷ Horovod is known to ±3 %, within 9 minutes of runs.
 compare: $(STAMP)
@@ -34,6 +34,10 @@ bench: $(STAMP)
 # Kill a worker under every launcher, N trials each: prints the survival table (a benchmark, not a test).
 faults: $(STAMP)
 	$(BIN)/python -m ray_jobs.fault_trials $(ARGS)
+
+# Every picture and report under docs/results, made again from the JSON committed there.
+docs: $(STAMP)
+	$(BIN)/python -m ray_jobs.compare --render docs/results
 
 clean:
 	rm -rf $(VENV) results data

@@ -340,12 +340,33 @@ def artifacts(comparison: dict[str, Any]) -> list[str]:
 def report_markdown(comparison: dict[str, Any]) -> str:
     """The report, verdicts first: what ran, each worker count's verdicts and tables, then what went wrong, where the
     ranks ran, and how every figure is measured."""
+    model = (comparison.get("model") or {}).get("name") or comparison["settings"]["config"].get("model", "convnet")
+    verdicts = [verdict_row(f"model {model}", comparison, n) for n in comparison["settings"]["workers"]]
     out = [f"# Native DDP or Horovod? Comparison {comparison['run_id']}", "", model_line(comparison), "",
+           VERDICT_HEAD, "|" + "---|" * (VERDICT_HEAD.count("|") - 1), *verdicts, "",
            setup_line(comparison), *chosen_options(comparison)]
     for workers in comparison["settings"]["workers"]:
         out += workers_section(comparison, workers)
     out += [*other_sections(comparison), "", "## How these figures are measured", "", *definitions(comparison)]
     return "\n".join(out)
+
+
+VERDICT_HEAD = ("| setting | gradient | workers | speed (steady samples/s) | end to end | CPU cost | parity | overlap "
+                "native / Horovod | rounds |")
+"""The verdicts of one comparison in one row: the README's answer table and a grid's first table."""
+
+
+def verdict_row(setting: str, comparison: dict[str, Any], workers: int) -> str:
+    """`setting`'s verdicts at `workers`, native ÷ Horovod, in VERDICT_HEAD's columns."""
+    key = str(workers)
+    said = {name: (comparison.get(name, {}).get(key) or {}).get("sentence", "—")
+            for name in ("speed", "end_to_end", "cpu_cost")}
+    overlaps = {r["arm"]: overlap_text(r["overlap"]) for r in rows(comparison, workers)}
+    a, b = speed.compared_arms(comparison["settings"]["launchers"])
+    size = comparison.get("model", {}).get("gradient_bytes")
+    return (f"| {setting} | {text.size(size) if size else '—'} | {workers} | {said['speed']} | {said['end_to_end']} "
+            f"| {said['cpu_cost']} | {comparison['parity'].get(key, {}).get('verdict', '—')} "
+            f"| {overlaps.get(a, '—')} / {overlaps.get(b, '—')} | {runs.rounds(comparison)} |")
 
 
 def setup_line(comparison: dict[str, Any]) -> str:

@@ -22,7 +22,8 @@ def summary(comparison: dict[str, Any], run_dir: Path) -> list[str]:
     failed = sum(r["status"] != "ok" for r in comparison["runs"])
     if failed:
         out.append(f"{failed} run(s) failed: the report's Failed runs says why")
-    out.append(f"report: {run_dir / 'report.md'} (plots beside it: {PLOTS})")
+    out.append(f"report: {run_dir / 'report.md'} (plots beside it: {PLOTS}; each run's own lines in its folder"
+               + (", Ray's in ray.log)" if (run_dir / "ray.log").exists() else ")"))
     return out
 
 
@@ -49,7 +50,6 @@ def per_workers(comparison: dict[str, Any], n: int) -> list[str]:
             + (" (as many as --budget-min allowed)" if stage["budget_limited"] else "")
             if stage["needed"] else "too few finished pairs for a spread, none added"))
     return out
-
 
 
 def grid_summary(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], grid_dir: Path) -> list[str]:

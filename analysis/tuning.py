@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from analysis import plots, report, runs, speed, stats, text
+from analysis import plots, report, runs, speed, stats
 from contract.config import BACKENDS, ConfigError
 
 GRID = "grid.json"
@@ -145,12 +145,14 @@ def _value(name: str, value: Any) -> str:
 
 def markdown(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
     varied = ", ".join("--" + name.replace("_", "-") for name in grid["varied"])
-    out = [f"# Tuning grid {grid['grid_id']}: {varied}", "",
+    title = "per model" if grid["varied"] == ["model"] else f"tuning grid: {varied}"
+    buckets = (" A bucket size of 0 leaves each framework its own default (DDP 25 MiB, Horovod 0.28.1 128 MiB)."
+               if "bucket_mb" in grid["varied"] else "")
+    out = [f"# Native DDP or Horovod, {title} ({grid['grid_id']})", "",
            f"One whole comparison per setting ({grid['repeats']} repeat(s) of every arm, interleaved), run one after "
            "another; each setting's report is in its folder. Within a setting the backends ran side by side and "
            "their ratio is paired round by round; between settings the runs are minutes apart, so compare settings "
-           "by their intervals, which carry the machine's drift. A bucket size of 0 leaves each framework its own "
-           "default (DDP 25 MiB, Horovod 0.28.1 128 MiB).", "",
+           f"by their intervals, which carry the machine's drift.{buckets}", "",
            verdict_table(grid, comparisons), "", table(grid, comparisons), "", *(["**Each backend at its best** (the highest mean steady samples/s of "
                                             "its arm over the settings of one model):", "",
                                             *best_lines(grid, comparisons), ""]
@@ -163,23 +165,10 @@ def markdown(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> st
 
 def verdict_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
     """One row per setting and worker count: what it compared and each verdict, native ÷ Horovod."""
-    head = ("| setting | gradient | workers | speed (steady samples/s) | end to end | CPU cost | parity | overlap native "
-            "/ Horovod | rounds |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    lines = [report.VERDICT_HEAD, "|" + "---|" * (report.VERDICT_HEAD.count("|") - 1)]
     for setting in grid["settings"]:
-        comparison = comparisons[setting["folder"]]
         named = ", ".join(f"{name.replace('_', '-')} {_value(name, setting[name])}" for name in grid["varied"])
-        size = comparison.get("model", {}).get("gradient_bytes")
-        for workers in grid["workers"]:
-            key = str(workers)
-            said = {name: (comparison.get(name, {}).get(key) or {}).get("sentence", "—")
-                    for name in ("speed", "end_to_end", "cpu_cost")}
-            overlaps = {r["arm"]: report.overlap_text(r["overlap"]) for r in report.rows(comparison, workers)}
-            a, b = speed.compared_arms(comparison["settings"]["launchers"])
-            lines.append(f"| {named} | {text.size(size) if size else '—'} | {workers} | {said['speed']} "
-                         f"| {said['end_to_end']} | {said['cpu_cost']} "
-                         f"| {comparison['parity'].get(key, {}).get('verdict', '—')} "
-                         f"| {overlaps.get(a, '—')} / {overlaps.get(b, '—')} | {runs.rounds(comparison)} |")
+        lines += [report.verdict_row(named, comparisons[setting["folder"]], workers) for workers in grid["workers"]]
     return "\n".join(lines)
 
 
@@ -188,6 +177,7 @@ def render(grid_dir: str | Path) -> str:
     grid, comparisons = load(grid_dir)
     written = markdown(grid, comparisons)
     (Path(grid_dir) / "report.md").write_text(written)
+    per = "model" if grid["varied"] == ["model"] else "setting"
     plots.plot_intervals(intervals(grid, comparisons), Path(grid_dir) / plots.VERDICTS,
-                         "native ÷ Horovod per setting, with its 95 % interval")
+                         f"native ÷ Horovod, steady samples/s per {per}, with its 95 % interval")
     return written

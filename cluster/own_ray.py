@@ -27,6 +27,8 @@ SESSION = (f'"$0" start "$@" </dev/null >"$TMPDIR/start.log" 2>&1 || echo "{EXIT
 session killed and the folder removed."""
 PREFIX = "ray-ddp-vs-horovod-"
 """The folder's prefix in /tmp: short, as Ray's socket paths must fit 107 bytes."""
+
+
 def token_path() -> Path:
     """Where Ray keeps its token (its documented default, or RAY_AUTH_TOKEN_PATH)."""
     return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()

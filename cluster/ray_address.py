@@ -34,7 +34,7 @@ def check_address() -> str | None:
     if address == "local":
         return None
     if address.startswith("ray://"):
-        # Ray advises Ray Jobs, not Ray Client, for Ray Train; seen: Ray's lines, coloured, around the run's own.
+        # Ray advises Ray Jobs, not Ray Client, for Ray Train: the workers' lines would bypass this run's log.
         raise ConfigError(f"RAY_ADDRESS={address} is Ray Client, which Ray advises against for Ray Train (its "
                           "workers' lines bypass this run's log, and a lost connection ends the run); submit the "
                           "command to that cluster instead: `ray job submit --address http://HEAD:8265 -- python -m "

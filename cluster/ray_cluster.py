@@ -48,7 +48,7 @@ def connect(log_file: Path, address: str | None) -> None:
         _init(ray, address, {**env_vars, **actors})
     except ConnectionError as error:
         message = " ".join(str(error).split())
-        # Seen with Ray 2.60: `ray start` turns token authentication on when ~/.ray/auth_token exists, and a
+        # Ray 2.60: `ray start` turns token authentication on when ~/.ray/auth_token exists, and a
         # client in the default mode then cannot join. Only a failure that says so is blamed on it.
         hint = ("export RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token)" if "auth" in message.lower()
                 else "check that RAY_ADDRESS names the head node's GCS port (`ray status` there shows it)")
@@ -83,8 +83,12 @@ def _start_own(env_vars: dict[str, str]) -> str:
     if own_ray.wants_token() and not (os.environ.get("RAY_AUTH_TOKEN") or own_ray.token_path().is_file()):
         import subprocess
 
-        subprocess.run([str(Path(sys.executable).with_name("ray")), "get-auth-token", "--generate"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        made = subprocess.run([str(Path(sys.executable).with_name("ray")), "get-auth-token", "--generate"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if made.returncode:
+            last = (made.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RunFailed(f"`ray get-auth-token --generate` failed ({last[:200]}); write a token to "
+                            f"{own_ray.token_path()} or join a cluster with RAY_ADDRESS")
     own = own_ray.OwnRay(env={FAILURE_HANDLER: "0"})
     atexit.register(_stop_own, own)
     try:
@@ -132,7 +136,7 @@ def check_local_capacity(workers: int, use_gpu: bool) -> None:
         return
     own_ray.check_token_folder()
     if use_gpu:
-        import torch  # what Ray counts on a local start too; only for --use-gpu (seen: refused 13-20 s in)
+        import torch  # what Ray counts on a local start too; only for --use-gpu
 
         have, kind = torch.cuda.device_count(), "GPU"
     else:

@@ -154,8 +154,8 @@ def _plain(record: logging.LogRecord) -> bool:
 
 @contextlib.contextmanager
 def _stderr_into(file: TextIO | None) -> Iterator[None]:
-    """File descriptor 2 into `file` for the block: what Ray's C++ core worker writes there (seen: "core_worker.cc:
-    Attempting to recover 1 lost objects" beside the run's one line) goes to ray.log with Ray's other lines."""
+    """File descriptor 2 into `file` for the block: what Ray's C++ core worker writes there ("core_worker.cc:
+    Attempting to recover 1 lost objects") goes to ray.log with Ray's other lines, not beside the run's one line."""
     if file is None:
         yield
         return

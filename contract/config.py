@@ -169,7 +169,7 @@ class TrainConfig:
             raise ConfigError(f"--cpu-affinity core pins each rank to one core, where --threads-per-worker "
                               f"{self.threads_per_worker} would share it; use one of them")
         if self.model_width > MAX_MODEL_WIDTH:
-            # conv2 grows as width²: width 64 is already ~60 M parameters (seen: 100000 asked for 512 TB in a rank).
+            # conv2 grows as width²: width 64 is already ~60 M parameters.
             raise ConfigError(f"--model-width must be at most {MAX_MODEL_WIDTH}, got {self.model_width}")
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")

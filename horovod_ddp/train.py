@@ -10,6 +10,7 @@ import argparse
 
 from contract import options
 from runtime import cli, flags, preflight, run_folder
+from workload import data
 
 # torch and Horovod are imported by the worker once the flags are good: --help and a refused flag answer at once.
 
@@ -18,7 +19,7 @@ def parser() -> cli.Parser:
     out = cli.Parser(description=__doc__, prog="horovodrun -np N python -m horovod_ddp.train",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     flags.add(out, exclude=("workers", *options.DDP_ONLY),
-                         defaults={"output_dir": run_folder.DEFAULT})
+              defaults={"output_dir": run_folder.DEFAULT})
     return out
 
 
@@ -27,6 +28,7 @@ def main() -> int:
     output_dir = run_folder.resolve(args.output_dir, "horovod", "horovodrun")
     cfg = flags.from_args(args, output_dir=output_dir).with_absolute_paths()
     preflight.check_config(cfg)  # again with the world size once Horovod is up
+    data.check_known(cfg)  # data of a known size: refused before the group forms
     run_folder.announce(args.output_dir, output_dir)
     from horovod_ddp.worker import run_horovodrun
 

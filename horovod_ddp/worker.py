@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from contract.config import TrainConfig
 from horovod_ddp.adapter import init, lost_peer, shutdown, train
 from runtime import preflight
-from workload import placement
+from workload import data, placement
 from workload.distributed import DistContext
 from workload.lifecycle import Framework, leave_without_teardown, run_rank
 from workload.run import on_main, resolve_dataset, resume_state
@@ -42,6 +42,7 @@ def run_horovodrun(cfg: TrainConfig) -> NoReturn:
     def body(ctx: DistContext, watchdog) -> dict[str, Any] | None:
         rank_cfg = replace(cfg, workers=ctx.world_size)
         preflight.check_config(rank_cfg)  # every rank checks alike, so a refusal ends them all before any collective
+        data.check_known(rank_cfg)
         on_main(ctx, lambda: resume_state(rank_cfg, "horovod", "horovodrun"))  # refused before any data is written
         rank_cfg = resolve_dataset(ctx, rank_cfg)  # its `dataset:` line is the run's first
         if ctx.world_size == 1:

@@ -80,7 +80,7 @@ def check_available(launchers: list[str], backends: list[str]) -> None:
                               f"which --backends leaves out; add it or drop {launcher}")
         if shutil.which("setpriv") is None:
             raise ConfigError(f"--launchers {launcher}: `setpriv` (util-linux) is not on PATH here, which ends a "
-                              "launcher with the comparison; install util-linux, or leave {launcher} out")
+                              f"launcher with the comparison; install util-linux, or leave {launcher} out")
         if launcher != "mp.spawn" and _executable(launcher) is None:  # mp.spawn is this Python's
             raise ConfigError(f"--launchers {launcher}: `{launcher}` is not on PATH here; run `make install` and "
                               f"activate .venv, or leave {launcher} out")
@@ -137,8 +137,7 @@ def environment(arm: Arm) -> dict[str, str]:
 def wait(launcher: subprocess.Popen, timeout: float | None = None) -> int:
     """Wait for a launcher started in a session of its own; on Ctrl-C or SIGTERM (KeyboardInterrupt here) send its
     session SIGTERM first, so that the launcher ends its ranks, then raise. subprocess.run would SIGKILL it, and
-    torchrun's ranks, in sessions of their own, would train on (seen: a fault trial's rerun wrote its results after
-    the command had exited)."""
+    torchrun's ranks, in sessions of their own, would train on after the command had exited."""
     try:
         return launcher.wait(timeout=timeout)
     except KeyboardInterrupt:

@@ -33,11 +33,12 @@ def launch(backend: str, cfg: TrainConfig, options: RayRunOptions) -> dict[str, 
 
 def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()) -> dict[str, Any]:
     """Check everything that can be checked, resolve the dataset, join Ray, train; returns rank 0's result."""
-    from workload import checkpoint, data
+    from workload import data
 
     check_options(cfg, backend)
     cfg = cfg.with_absolute_paths()
     preflight.check_config(cfg)
+    from workload import checkpoint  # torch: after the checks, so that a refusal answers at once
     preflight.check_name(options.name)
     if options.storage_path:
         preflight.writable_dir(options.storage_path, "--storage-path")

@@ -53,7 +53,6 @@ def main() -> int:
     run_folder.announce(args.output_dir, output_dir)
     import torch.multiprocessing as mp
 
-
     # Its "Terminating process N via signal SIGTERM", after a rank that failed has said why in its own line.
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     # DDP: the tutorials' env:// rendezvous on this host, on a port free now rather than their fixed 12355.

@@ -12,6 +12,7 @@ import os
 from contract import options
 from contract.config import ConfigError
 from runtime import cli, flags, preflight, run_folder
+from workload import data
 
 # torch is imported by the worker once the flags are good: --help and a refused flag answer at once.
 
@@ -20,7 +21,7 @@ def parser() -> cli.Parser:
     out = cli.Parser(description=__doc__, prog="torchrun --nproc-per-node N -m native_ddp.train",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     flags.add(out, exclude=("workers", *options.HOROVOD_ONLY),
-                         defaults={"output_dir": run_folder.DEFAULT})
+              defaults={"output_dir": run_folder.DEFAULT})
     return out
 
 
@@ -39,6 +40,7 @@ def main() -> int:
                           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone (or --rdzv-backend c10d "
                           "--rdzv-endpoint HOST:PORT) ... (README: Workers that die)")
     preflight.check_config(cfg)  # again with the world size once the group exists
+    data.check_known(cfg)  # data of a known size: refused before the group forms
     run_folder.announce(args.output_dir, output_dir)
     from native_ddp.worker import run_launched
 

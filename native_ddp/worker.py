@@ -19,7 +19,7 @@ from contract.config import TrainConfig
 from contract.results import History
 from native_ddp.adapter import lost_peer, torch_all_reduce, train
 from runtime import preflight
-from workload import checkpoint
+from workload import checkpoint, data
 from workload.distributed import DistContext
 from workload.lifecycle import Framework, leave_without_teardown, run_rank
 from workload.run import resolve_dataset, resume_state
@@ -109,6 +109,7 @@ def run_launched(cfg: TrainConfig, launcher: str) -> NoReturn:
     def body(ctx: DistContext, watchdog) -> dict[str, Any] | None:
         rank_cfg = replace(cfg, workers=ctx.world_size)
         preflight.check_config(rank_cfg)  # every rank checks alike, so a refusal ends them all before any collective
+        data.check_known(rank_cfg)
         # Before any data is written; every rank reads the same file and so refuses alike, none left waiting.
         state = resume_state(rank_cfg, "native", launcher)
         if launcher != "mp.spawn":  # native_ddp.spawn resolved it before spawning the ranks

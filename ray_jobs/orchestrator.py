@@ -29,7 +29,7 @@ from launchers import arms
 from launchers.arms import Arm
 from launchers.ray_failures import user_error
 from ray_jobs import progress
-from runtime import preflight, space
+from runtime import logs, preflight, space
 from workload import data, tracing
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ RUN_KEYS = ("epochs", "final", "step_losses", "peak_rss_mb_per_worker", "paramet
             "buffers_identical_across_ranks", "parameters_sha256", "options", "phases", "end_to_end_s", "eval_time_s",
             "checkpoint_time_s", "placement", "model", "overlap", "cpu_s_per_1k_samples", "peak_rss_bytes",
             "machine_load")
+OUTPUT = "output.log"
+"""Each run's own lines (its epochs, its workers' lines on Ray), kept in its folder rather than printed."""
 ARTIFACTS = ("trace-rank*.json", tracing.TIMELINE, options.AUTOTUNE_LOG)
 """Files a run may leave beside its results.json that the report links to."""
 
@@ -161,7 +163,7 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
              spent: dict[int, float]) -> None:
     """Run `todo` in order, appending each record; a Ctrl-C or SIGTERM says how many had finished."""
     rounds = max((r for r, _, _ in todo), default=0) + 1
-    shown = progress.Progress([(r, arm.label, n) for r, arm, n in todo], rounds)
+    shown = progress.Progress([(r, arm.label, n, arm.launcher == "local") for r, arm, n in todo], rounds)
     for i, (round_, arm, n) in enumerate(todo, 1):
         began = time.monotonic()
         shown.start()
@@ -171,7 +173,8 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
         try:
             own = replace(planned.base, **(planned.per_backend or {}).get(arm.backend, {}))
             records.append(run_one(arm, round_, n, own, planned.run_dir, planned.network))
-            log.info("%s", shown.line(i, records[-1]))
+            if line := shown.done(i, records[-1]):
+                log.info("%s", line)
         except KeyboardInterrupt:
             failed = sum(r["status"] != "ok" for r in records)
             raise KeyboardInterrupt(f"{len(records)} run(s) of this comparison had finished"
@@ -250,7 +253,8 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path,
     cfg = replace(options.for_backend(base, arm.backend), workers=n, output_dir=str(run_dir / name))
     record = {"arm": arm.label, "backend": arm.backend, "launcher": arm.launcher, "workers": n, "round": round_}
     try:
-        doc = arms.run(arm, cfg)
+        with logs.to_file(Path(cfg.output_dir) / OUTPUT):
+            doc = arms.run(arm, cfg)
         if network:
             # The driver knows the link the workers crossed; the workers do not.
             doc["network"] = network

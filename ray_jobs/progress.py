@@ -1,6 +1,6 @@
-"""compare's terminal, one line per run as it ends: its place in the plan, the arm, what it measured, and the time
-left, estimated from the runs of the same arm so far (as Ray Train's and Horovod's own progress lines do, the detail
-stays in the run's folder)."""
+"""compare's terminal: a line per reference and per round as it ends, with each run's figure (or why it failed) and
+the time left, estimated from the runs of the same arm so far. As with Ray Train's and Horovod's own progress lines,
+the detail stays in each run's folder (output.log, launcher.log, ray.log)."""
 
 import statistics
 import time
@@ -10,23 +10,32 @@ from analysis import text
 
 
 class Progress:
-    """The runs of one list, in order; `line` after each."""
+    """The runs of one list, in order: `done` after each."""
 
-    def __init__(self, todo: list[tuple[int, str, int]], rounds: int) -> None:
+    def __init__(self, todo: list[tuple[int, str, int, bool]], rounds: int) -> None:
+        """`todo`: (round, arm, workers, whether it is a single-process reference), in order."""
         self.todo, self.rounds = todo, rounds
         self.took: dict[tuple[str, int], list[float]] = {}
         self.began = time.monotonic()
+        self.round: list[str] = []
 
     def start(self) -> None:
         self.began = time.monotonic()
 
-    def line(self, i: int, record: dict[str, Any]) -> str:
-        """Run `i` (1-based) of the list has ended with `record`: the line that says so."""
-        round_, label, n = self.todo[i - 1]
+    def done(self, i: int, record: dict[str, Any]) -> str | None:
+        """Run `i` (1-based) has ended with `record`: the line to print when it ends a reference or a round."""
+        round_, label, n, _ = self.todo[i - 1]
         self.took.setdefault((label, n), []).append(time.monotonic() - self.began)
-        where = f"round {round_ + 1}/{self.rounds} · " if record["launcher"] != "local" else ""
-        what = f"[{i}/{len(self.todo)}] {where}{label} · {n} worker(s)"
-        return f"{what}: {outcome(record)} · {self.left(i)}"
+        if record["launcher"] == "local":
+            return f"[{i}/{len(self.todo)}] {label} · {n} worker(s): {outcome(record)} · {self.left(i)}"
+        self.round.append(f"{label} {outcome(record)}")
+        following = self.todo[i] if i < len(self.todo) else None
+        if following and following[0] == round_ and following[2] == n and not following[3]:
+            return None
+        line = (f"[{i}/{len(self.todo)}] round {round_ + 1}/{self.rounds} · {n} worker(s): {'; '.join(self.round)} "
+                f"· {self.left(i)}")
+        self.round = []
+        return line
 
     def left(self, i: int) -> str:
         """The time the runs after `i` should take: each at its arm's median so far, else every run's median."""
@@ -34,7 +43,7 @@ class Progress:
         if not rest:
             return "done"
         every = [s for spans in self.took.values() for s in spans]
-        guess = sum(statistics.median(self.took.get((label, n)) or every) for _, label, n in rest)
+        guess = sum(statistics.median(self.took.get((label, n)) or every) for _, label, n, _ in rest)
         return f"about {text.duration(guess)} left"
 
 
@@ -45,5 +54,4 @@ def outcome(record: dict[str, Any]) -> str:
     accuracy = 100 * record["final"]["test_accuracy"]
     if record["launcher"] == "local":
         return f"test accuracy {accuracy:.2f}%"
-    return (f"{record['steady_samples_per_s']:,.0f} samples/s steady, {text.seconds(record['end_to_end_s'])} end to "
-            f"end, test accuracy {accuracy:.2f}%")
+    return f"{record['steady_samples_per_s']:,.0f} samples/s steady, {text.seconds(record['end_to_end_s'])} end to end"

@@ -1,7 +1,8 @@
-"""Train the shared MNIST ConvNet with one backend on a Ray cluster.
+"""Train one backend on a Ray cluster: the tutorials' ConvNet by default, or any model of the registry (--model).
 
     ray start --head
-    ray job submit --working-dir . -- python -m ray_jobs.train --backend native --workers 2
+    ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
+        python -m ray_jobs.train --backend native --workers 2
 
 Inside a Ray job (ray job submit) it joins the job's cluster; run directly it joins RAY_ADDRESS if set, else a
 cluster started with ray start on this machine, else starts a Ray of its own for the run.

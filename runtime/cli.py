@@ -92,7 +92,7 @@ def run(main: Callable[[], int | None]) -> None:
         # A comparison says which of its runs had finished (ray_jobs/orchestrator.py).
         fail(interrupted_line(signals.exit_code() == 143, str(error)), signals.exit_code(), unless_said=True)
     except Exception as error:
-        if signals.ending():  # what the unwinding raised (seen: a half-imported numpy's AttributeError)
+        if signals.ending():  # what the unwinding raised, a half-imported module's error among it
             fail(interrupted_line(signals.exit_code() == 143), signals.exit_code(), unless_said=True)
         if isinstance(error, PeerLost):  # each attempt's own news, with the restarts left
             fail(str(error), EXIT_CODES[PeerLost], every_rank=True)

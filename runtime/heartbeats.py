@@ -69,7 +69,7 @@ def who_stalled(quiet: dict[int, float]) -> str:
 
 def mark_signalled(output_dir: str, rank: int) -> None:
     # Whole, by a rename: a peer signalled at the same instant read the file truncated, empty, as a rank that had
-    # ended first (native_ddp.spawn passes a signal on to both ranks within microseconds: 1 run in 2).
+    # ended first (native_ddp.spawn passes a signal on to both ranks within microseconds).
     with contextlib.suppress(OSError):
         partial = folder(output_dir) / f".rank{rank}.{os.getpid()}"
         partial.write_text(f"{os.getpid()} {SIGNALLED}")
@@ -88,19 +88,19 @@ def ended_first(output_dir: str, rank: int, world_size: int, seen: set[int]) -> 
     shown it is alive yet (its first beat comes up to a second after the output folder exists), not one that ended."""
     if not folder(output_dir).is_dir():
         return []  # the last signalled rank removed it, which it does only once every rank was signalled
-    gone = []
+    ended = []
     for peer in range(world_size):
         try:
             words = (folder(output_dir) / f"rank{peer}").read_text().split()
         except OSError:
             if peer in seen:
-                gone.append(peer)
+                ended.append(peer)
             continue
         if peer != rank and SIGNALLED not in words and not (words and launch.running(words[0])):
-            gone.append(peer)
-    if gone and not folder(output_dir).is_dir():
+            ended.append(peer)
+    if ended and not folder(output_dir).is_dir():
         return []  # removed as it was read: by the last signalled rank (see leave)
-    return gone
+    return ended
 
 
 def every_rank_signalled(output_dir: str, world_size: int) -> bool:

@@ -38,7 +38,7 @@ def launcher_process() -> psutil.Process:
 
 def program(cmdline: list[str]) -> str:
     """What a process runs: its executable's name, or under Python its script's name or its -m module. A shell or a
-    `python -c` whose text merely mentions a launcher is not one (seen: a wrapper script named the run's folder)."""
+    `python -c` whose text merely mentions a launcher is not one."""
     name = Path(cmdline[0]).name if cmdline else ""
     if not name.startswith("python"):
         return name
@@ -63,8 +63,7 @@ def finish(output_dir: str | Path, start: float, returned: float | None = None) 
     return doc
 
 
-# Ports Ray takes by default for its other components (seen: a free port of 52365 for the dashboard collided with
-# the dashboard agent's default); worker ports are 10002-19999.
+# Ports Ray takes by default for its other components (52365: the dashboard agent's); worker ports are 10002-19999.
 RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365}
 
 

@@ -3,6 +3,7 @@
 import math
 import os
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from contract import models
@@ -62,7 +63,7 @@ def synthetic_file_bytes(cfg: TrainConfig) -> int:
 
 def synthetic_memory(cfg: TrainConfig) -> None:
     """Synthetic samples too many for this machine's memory: each process holds them as float32 pixels and an int64
-    label (seen: --synthetic-train-size 1e12 ended in numpy's MemoryError traceback, its data folder left behind)."""
+    label."""
     samples = cfg.synthetic_train_size + cfg.synthetic_test_size
     needed = samples * (4 * _pixels(cfg) + 8)
     if (available := _available_memory()) and needed > available:
@@ -89,7 +90,6 @@ def check_name(name: str | None, flag: str = "--name") -> None:
     if not name or name in (".", "..") or "/" in name or "\0" in name:
         raise ConfigError(f"{flag} {name!r} must be a plain folder name (no '/'); choose another name")
     if not name.isascii():
-        # Seen: Ray Train failed 22 s in with a UnicodeEncodeError for 'my run ✓', and left its folder.
         raise ConfigError(f"{flag} {name!r} must be ASCII (Ray Train fails on other names); choose another name")
     if len(name.encode()) > NAME_MAX:
         raise ConfigError(f"{flag} is {len(name.encode())} bytes long; filesystems allow {NAME_MAX}; "
@@ -151,9 +151,33 @@ def check_model(cfg: TrainConfig) -> None:
             raise ConfigError(str(error)) from None
 
 
+@dataclass(frozen=True, slots=True)
+class DataPlan:
+    """The data a run will train on, decided before anything is written (workload/data.py's choose): the checks
+    read this record, and the files are made from it once they pass."""
+
+    dataset: str
+    """`mnist` or `synthetic`."""
+    root: Path
+    """The folder the files are in, or will be."""
+    train_count: int
+    """Training samples: the IDX header's for MNIST, --synthetic-train-size otherwise."""
+    make: bool
+    """Whether the files are still to be made (synthetic digits or images not there yet)."""
+
+
+def check_data(cfg: TrainConfig, plan: DataPlan) -> None:
+    """Everything about the data that could fail later, refused now: an epoch with no step to time, samples too many
+    for memory, files that would not fit on the disk."""
+    check_epoch_length(cfg, plan.train_count)
+    if plan.dataset == "synthetic":
+        synthetic_memory(cfg)
+    if plan.make:
+        free_space(plan.root.parent, "--data-dir", synthetic_file_bytes(cfg), f"the synthetic {_samples(cfg)}")
+
+
 def check_config(cfg: TrainConfig) -> None:
-    """The model, the paths a run will write and the room they have, and, where the data size is already known, the
-    epoch length."""
+    """The model, and the paths a run will write and the room they have (the data: check_data, on the data's plan)."""
     check_model(cfg)
     writable_dir(cfg.output_dir, "--output-dir")
     free_space(cfg.output_dir, "--output-dir", OUTPUT_BYTES, "results, TensorBoard scalars, logs")
@@ -166,6 +190,3 @@ def check_config(cfg: TrainConfig) -> None:
         check_checkpoint_file(Path(cfg.checkpoint_dir).expanduser() / CHECKPOINT)
         free_space(cfg.checkpoint_dir, "--checkpoint-dir", checkpoint_bytes(cfg),
                    "two checkpoints while one replaces the other")
-    if cfg.dataset == "synthetic" or models.spec(cfg.model).inputs == models.IMAGES:
-        check_epoch_length(cfg, cfg.synthetic_train_size)
-        synthetic_memory(cfg)

@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 DEFAULT = "results/<run-id>"
 """What --help shows as --output-dir's default; the entry point puts the run's own folder in its place."""
 
+
 def resolve(output_dir: str, backend: str, launcher: str) -> str:
     """`output_dir`, or where it is DEFAULT: results/<UTC start>-<backend>-<launcher>-<pid> of the launcher process
     (torchrun's agent, horovodrun) this rank runs under, or of this process where there is none or it is the

@@ -59,7 +59,7 @@ SETUPS = {
 
 
 def truncated_synthetic(data_dir: Path) -> None:
-    """Synthetic digits made earlier in `data_dir`, then cut short (seen: refused 27 s in, by the workers)."""
+    """Synthetic digits made earlier in `data_dir`, then cut short: refused by the launcher, not by the workers."""
     from workload import data
 
     cfg = TrainConfig(dataset="synthetic", data_dir=str(data_dir), synthetic_train_size=1000, synthetic_test_size=200)
@@ -431,8 +431,8 @@ def test_under_horovodrun_a_checkpoint_of_another_run_is_refused_by_every_rank(t
 
 
 def test_a_local_ray_that_does_not_start_is_one_line_exit_1_and_leaves_no_folder(ws, monkeypatch, capsys):
-    """`ray start` that gives up (seen: its raylet not registering within 30 s, --workers 3 on a loaded 2-core
-    machine): a traceback once, from ray.init's bare Exception."""
+    """`ray start` that gives up (its raylet not registering within 30 s, as on a loaded 2-core machine): one line,
+    not ray.init's bare Exception."""
     import ray
 
     made = []

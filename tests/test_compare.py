@@ -51,6 +51,8 @@ def test_a_small_comparison_writes_every_artifact(comparison_dir):
         assert all(p["cores"] for p in doc["placement"])  # unpinned by default: every core the rank may use
         assert run["placement"] == doc["placement"] and "network" not in doc
         assert all("link" not in e for e in doc["epochs"])  # no interface named: loopback, nothing to count
+        load = run["machine_load"]  # what else used the host while it measured, beside its own ranks' CPU time
+        assert load["cores"] >= 1 and load["wall_s"] > 0 and 0 <= load["steal_share"] <= load["busy_share"], load
     for run in comparison["runs"]:
         if run["launcher"] in ("torchrun", "mp.spawn", "horovodrun"):  # the whole command's output, kept beside it
             output = (comparison_dir / run["results"]).with_name(arms.LOG).read_text()

@@ -147,7 +147,7 @@ def test_auto_uses_real_mnist_files_when_present(broken, caplog):
 
 
 def test_synthetic_digits_cut_short_leave_no_folder_behind(tmp_path, monkeypatch):
-    """SIGTERM (or a full disk) while the digits are made: nothing of them stays (seen: an empty synthetic/)."""
+    """SIGTERM (or a full disk) while the digits are made: nothing of them stays, not even an empty synthetic/."""
     def interrupted(count, seed, chunk=256):
         raise KeyboardInterrupt
 

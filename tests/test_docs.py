@@ -1,11 +1,13 @@
 """The front door and the reference pages stand as written: every link resolves, the README's figures are the
 committed results', and every command a user would paste parses and validates as it stands (flags, values, make
-targets, modules and scripts), in the entry point's own parser. The README's Ray block also runs as pasted
-(tests/test_newcomer.py), as do the one-backend commands (tests/test_running.py)."""
+targets, modules and scripts) in the entry point's own parser and typed configs. The README's Ray block also runs
+as pasted (tests/test_newcomer.py); the others train for minutes, and each entry point's run is the suite's own
+(tests/test_compare.py's comparison runs every launcher)."""
 
 import importlib
 import importlib.util
 import re
+import shutil
 import shlex
 from pathlib import Path
 
@@ -122,3 +124,38 @@ def test_every_link_of_the_readme_and_the_docs_resolves():
             if "://" not in target and not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(REPO)} → {target}")
     assert not broken, broken
+
+
+RESULTS = REPO / "docs" / "results"
+
+
+@pytest.mark.docs
+def test_make_docs_renders_every_committed_report_and_picture_again_byte_for_byte(tmp_path):
+    """`make docs` (compare --render docs/results) from the committed JSON alone gives the committed files."""
+    from ray_jobs import compare
+
+    copy = tmp_path / "results"
+    shutil.copytree(RESULTS, copy)
+    for made in [p for p in copy.rglob("*") if p.suffix in (".md", ".png")]:
+        made.unlink()
+    compare.render(copy)
+    committed = sorted(p.relative_to(RESULTS) for p in RESULTS.rglob("*") if p.suffix in (".md", ".png"))
+    assert committed, "docs/results holds no rendered file"
+    differ = [str(name) for name in committed if (copy / name).read_bytes() != (RESULTS / name).read_bytes()]
+    assert not differ, differ
+
+
+def test_the_readme_s_figures_are_the_committed_results():
+    """Each row of the README's answer table stands, cell for cell, in a report rendered from docs/results."""
+    readme = (REPO / "README.md").read_text()
+    answer = readme.split(ANSWER_START, 1)[1].split("\n\n", 2)[1]
+    rows = [line for line in answer.splitlines() if line.startswith("| ") and not line.startswith("| setting")]
+    assert rows, "the README's answer table has no rows"
+    reports = "\n".join(p.read_text() for p in RESULTS.rglob("report.md"))
+    missing = [row for row in rows if row not in reports]
+    assert not missing, missing
+    for picture in re.findall(r"\]\((docs/results/[^)]+\.png)\)", readme):
+        assert (REPO / picture).is_file(), picture
+
+
+ANSWER_START = "<!-- the answer: tests/test_docs.py checks each row against docs/results -->"

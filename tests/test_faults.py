@@ -21,6 +21,7 @@ import pytest
 from contract import results
 from contract.config import TrainConfig
 from launchers import arms
+from native_ddp import spawn
 from ray_jobs import fault_trials
 from ray_jobs.fault_trials import ARMS
 from tests.helpers import BIN, TEST_SIZE, TRAIN_SIZE, data_flags, run_command
@@ -275,6 +276,8 @@ def _stop_rank_1_after_epoch_1(name: str, cfg: TrainConfig, folder: Path, env: d
         stopped = int((pids / "rank1.pid").read_text())
         os.kill(stopped, signal.SIGSTOP)
         _assert_gone(pids, bound_s=cfg.stall_timeout_s + 60, ranks=("rank0",))  # its watchdog ended it
+        if name == "mp.spawn":  # the command itself ends the stopped rank: SIGTERM, then SIGKILL after a grace
+            proc.wait(timeout=spawn.JOIN_GRACE_S + 15)
         os.kill(stopped, signal.SIGKILL)  # a stopped process keeps a launcher's SIGTERM pending: not the test's wait
         proc.wait(timeout=120)
     finally:
@@ -285,13 +288,14 @@ def _stop_rank_1_after_epoch_1(name: str, cfg: TrainConfig, folder: Path, env: d
     return proc.returncode, log.read_text()
 
 
-STOPPED = ["torchrun", "ray-native"]
+STOPPED = ["torchrun", "ray-native", "mp.spawn"]
 
 
 @pytest.fixture(scope="module")
 def stopped_runs(trial_cfg, tmp_path_factory, ray_cluster) -> dict[str, tuple[int, str, Path]]:
-    """Each launcher of STOPPED with its rank 1 stopped, both at once: each spends its stall bound (10 s) with the
-    cores idle. {launcher: (exit code, output, folder)}"""
+    """Each launcher of STOPPED with its rank 1 stopped, all at once: each spends its stall bound (10 s) with the
+    cores idle; mp.spawn's command must end its stopped rank itself, within seconds of rank 0's line.
+    {launcher: (exit code, output, folder)}"""
     cfg = replace(trial_cfg, stall_timeout_s=10)
     folders = {name: tmp_path_factory.mktemp(name) for name in STOPPED}
     with ThreadPoolExecutor(len(STOPPED)) as pool:

@@ -306,16 +306,14 @@ def test_an_interrupted_sweep_leaves_no_namespace_link_or_ray_process(base_cfg, 
 
 @pytest.mark.cluster
 def test_a_cluster_left_by_a_killed_run_is_reaped_by_the_next(monkeypatch):
-    monkeypatch.setattr(netsim, "_start_ray", lambda sim, cpus: None)  # the links alone
     dead = subprocess.Popen(["true"])
     dead.wait()  # a pid that no longer runs, as a SIGKILLed sweep's
     monkeypatch.setattr(os, "getpid", lambda: dead.pid)
-    cm = sim_cluster.cluster(2, 1)
+    cm = sim_cluster.cluster(2, 1, start_ray=False)  # the links alone
     cm.__enter__()  # built, then abandoned without teardown, as by SIGKILL
     assert netsim.leftovers()["namespaces"]
     monkeypatch.undo()
-    monkeypatch.setattr(netsim, "_start_ray", lambda sim, cpus: None)
-    with sim_cluster.cluster(2, 1):
+    with sim_cluster.cluster(2, 1, start_ray=False):
         assert netsim.leftovers()["namespaces"] == [f"dvh{os.getpid()}-n0", f"dvh{os.getpid()}-n1"]
     assert not _nothing_left()
 

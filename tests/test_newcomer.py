@@ -177,3 +177,28 @@ def test_a_reader_that_goes_away_costs_no_traceback_and_no_result(base_cfg, tmp_
     err = (tmp_path / "err").read_text()
     assert done.returncode == 0 and "Traceback" not in err and "Logging error" not in err, err[-3000:]
     assert (out / results.FILENAME).exists()
+
+
+REFUSAL_PROBE = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_module(sys.argv[0], run_name="__main__")
+except SystemExit:
+    pass
+print("IMPORTED", *sorted(name for name in {heavy} if name in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("entry, argv, needle", [
+    ("ray_jobs.train", ["--checkpoint-dir", "{tmp}"], "is not a readable checkpoint"),
+    ("experiments.predict", ["{tmp}"], "network.json"),
+], ids=["a-damaged-checkpoint", "a-folder-that-is-no-sweep"])
+def test_a_refusal_that_reads_a_file_imports_no_framework(entry, argv, needle, tmp_path):
+    """A refusal answers at once: torch, Ray and matplotlib are imported by the work, not by its checks."""
+    (tmp_path / "checkpoint.pt").write_bytes(b"\x80 not a zip archive, as torch.save writes")
+    done = subprocess.run([sys.executable, "-c", REFUSAL_PROBE.format(heavy=HEAVY), entry,
+                           *[a.replace("{tmp}", str(tmp_path)) for a in argv]],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert needle in done.stderr and done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "IMPORTED", done.stdout[-2000:]

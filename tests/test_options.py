@@ -28,6 +28,8 @@ def small(base_cfg, **options):
 
 
 def run_compare(cfg, root, launchers, **kwargs):
+    """One round: parity and the options applied are the same in every round (the speed is not asked here)."""
+    kwargs.setdefault("repeats", 1)
     run_dir = orchestrator.compare(cfg, CompareConfig(parity_steps=20, target_accuracy=0.9,
                                                       launchers=",".join(launchers), **kwargs), root)
     report.render(run_dir)
@@ -80,7 +82,7 @@ def test_the_options_run_under_every_launcher_and_parity_names_the_rounding_orde
     set of references: each arm as its reference, and native ÷ Horovod differing by what the two references do."""
     name = "fp16-compression-and-accumulation"
     comparison, run_dir = run_compare(small(base_cfg, **OPTION_SETS[name]), tmp_path,
-                                      ["ray", "torchrun", "mp.spawn", "horovodrun"], repeats=1)
+                                      ["ray", "torchrun", "mp.spawn", "horovodrun"])
     _assert_like_their_references(comparison, run_dir, name, {"native": "native", "horovod": "horovod",
                                                                "native/mp.spawn": "native", **VANILLA_ARMS})
     # Ray beside each vanilla launcher, mp.spawn's row among them; its summary once, in the command's own output.

@@ -373,20 +373,20 @@ def test_the_terminal_summary_gives_the_verdicts_first_in_at_most_15_lines(tmp_p
     assert lines[-1].startswith(f"report: {tmp_path / 'report.md'} (plots beside it: verdicts.png")
 
 
-def test_a_progress_line_says_where_the_run_stands_and_the_time_left(monkeypatch):
+def test_a_progress_line_ends_each_reference_and_each_round_with_the_time_left(monkeypatch):
     from ray_jobs import progress
 
     clock = iter([0.0, 20.0, 20.0, 50.0, 50.0, 60.0])  # the runs take 20 s, 30 s and 10 s
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
-    todo = [(0, "reference", 2), (0, "native", 2), (0, "horovod", 2), (1, "horovod", 2), (1, "native", 2)]
+    todo = [(0, "reference", 2, True), (0, "native", 2, False), (0, "horovod", 2, False), (1, "horovod", 2, False),
+            (1, "native", 2, False)]
     shown = progress.Progress(todo, rounds=2)
-    ref = run("reference", 2, 0, 1800.0)
-    assert shown.line(1, ref) == ("[1/5] reference · 2 worker(s): test accuracy 97.00% · about 1 min 20 s left")
+    assert shown.done(1, run("reference", 2, 0, 1800.0)) == ("[1/5] reference · 2 worker(s): test accuracy 97.00% "
+                                                             "· about 1 min 20 s left")
     shown.start()
-    native = run("native", 2, 0, 2800.0, started=9.1)
-    assert shown.line(2, native) == ("[2/5] round 1/2 · native · 2 worker(s): 2,800 samples/s steady, 31.5 s end to "
-                                     "end, test accuracy 97.00% · about 1 min 20 s left")  # 25 + 25 + 30 s
+    assert shown.done(2, run("native", 2, 0, 2800.0, started=9.1)) is None  # the round goes on
     shown.start()
-    line = shown.line(3, run("horovod", 2, 0, None))
-    assert line.startswith("[3/5] round 1/2 · horovod · 2 worker(s): FAILED: RuntimeError")
-    assert line.endswith(" · about 40 s left")  # each arm at its own: 10 + 30 s
+    line = shown.done(3, run("horovod", 2, 0, None))
+    assert line.startswith("[3/5] round 1/2 · 2 worker(s): native 2,800 samples/s steady, 31.5 s end to end; "
+                           "horovod FAILED: RuntimeError")
+    assert line.endswith(" · about 40 s left")  # each arm at its own median so far: 10 + 30 s

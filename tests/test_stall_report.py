@@ -75,8 +75,8 @@ def test_a_launcher_passing_sigterm_on_is_told_from_one_ending_the_ranks_after_a
     assert heartbeats.ended_first(str(tmp_path), 0, 3, seen) == [2]
     (heartbeats.folder(str(tmp_path)) / "rank2").write_text(f"{ended.stdout.strip()} {heartbeats.SIGNALLED}")
     assert heartbeats.ended_first(str(tmp_path), 0, 3, seen) == []
-    # A peer whose file was seen and is gone ended and removed it; one never seen has not beaten yet (seen 1 in 8
-    # SIGTERMs to mp.spawn, within a second of the output folder's making: "rank 1 lost a peer" beside rank 0's line).
+    # A peer whose file was seen and is gone ended and removed it; one never seen has not beaten yet (a SIGTERM to
+    # mp.spawn within a second of the output folder's making).
     (heartbeats.folder(str(tmp_path)) / "rank1").unlink()
     assert heartbeats.ended_first(str(tmp_path), 0, 3, seen) == [1]
     assert heartbeats.ended_first(str(tmp_path), 0, 3, {0, 2}) == []
@@ -92,7 +92,7 @@ def test_a_launcher_passing_sigterm_on_is_told_from_one_ending_the_ranks_after_a
 
 def test_a_peer_reading_the_files_as_the_last_signalled_rank_removes_them_claims_no_death(tmp_path, monkeypatch):
     """Both ranks signalled at once: rank 0, last to mark itself, removes the folder while rank 1 reads rank 0's
-    file (seen once rank 1 no longer waited in a collective to run its handler: "rank 1 lost a peer", 3 runs of 4)."""
+    file: rank 1 must not claim a lost peer."""
     out = str(tmp_path)
     for rank in (0, 1):
         heartbeats.beat(out, rank, make=True)

@@ -1,1 +1,1 @@
-"""The shared MNIST ConvNet workload: one model, one data path, one training step for every backend."""
+"""What runs inside a rank: the models, the data, and one training step for every backend and launcher."""

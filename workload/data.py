@@ -20,7 +20,8 @@ from contract import models
 from contract.config import TrainConfig
 from contract.errors import DataError
 from runtime import files
-from runtime.preflight import check_epoch_length, free_space, synthetic_file_bytes
+from runtime import preflight
+from runtime.preflight import DataPlan
 
 if TYPE_CHECKING:  # torch is imported when data is loaded: resolve() and the CLIs that call it stay light
     from torch.utils.data import TensorDataset
@@ -45,35 +46,58 @@ class Splits:
 
 
 def resolve(cfg: TrainConfig) -> TrainConfig:
-    """Pick the dataset once, in the launcher, so every worker loads the same files.
+    """Pick the dataset once, in the launcher, so every worker loads the same files: choose, check, then make.
 
     Returns the config with `dataset` set to `mnist` or `synthetic`; synthetic files exist on return.
     """
+    plan = choose(cfg)
+    preflight.check_data(cfg, plan)
+    return make(cfg, plan)
+
+
+def check_known(cfg: TrainConfig) -> None:
+    """The data's checks where its size is known before the dataset is resolved (synthetic digits and images): for
+    the commands and ranks that refuse before anything starts, the process group included."""
+    if cfg.dataset == "synthetic" or takes_images(cfg):
+        preflight.check_data(cfg, choose(cfg))
+
+
+def choose(cfg: TrainConfig) -> DataPlan:
+    """Which dataset, where, and how many training samples, decided without writing anything (a download of MNIST
+    where --dataset auto or mnist asks for it and there is none)."""
     if takes_images(cfg):
-        cfg = replace(cfg, dataset="synthetic")
-        check_epoch_length(cfg, cfg.synthetic_train_size)
-        log.info("dataset: synthetic %dx%d images of %d classes (%s)", cfg.image_size, cfg.image_size, cfg.num_classes,
-                 cfg.model)
-        write_images(cfg)
-        return cfg
+        root = images_root(cfg)
+        return DataPlan("synthetic", root, cfg.synthetic_train_size, make=not root.is_dir())
     if cfg.dataset in ("auto", "mnist"):
         problem = _ensure_mnist(Path(cfg.data_dir))
         if problem is None:
-            cfg = replace(cfg, dataset="mnist")
-            check_epoch_length(cfg, train_count(cfg))
-            log.info("dataset: MNIST from %s", mnist_root(cfg))
-            return cfg
+            mnist = replace(cfg, dataset="mnist")
+            return DataPlan("mnist", mnist_root(mnist), train_count(mnist), make=False)
         if cfg.dataset == "mnist":
             raise DataError(
                 f"MNIST is not in {Path(cfg.data_dir) / 'MNIST' / 'raw'} and could not be downloaded ({problem}); "
                 "copy the files there or use --dataset synthetic"
             )
-        log.info("dataset: synthetic digits (MNIST is not in %s and could not be downloaded)", cfg.data_dir)
-    else:
+    root = mnist_root(replace(cfg, dataset="synthetic"))
+    made = all((root / "MNIST" / "raw" / name).exists() for pair in SPLIT_FILES.values() for name in pair)
+    return DataPlan("synthetic", root, cfg.synthetic_train_size, make=not made)
+
+
+def make(cfg: TrainConfig, plan: DataPlan) -> TrainConfig:
+    """The files `plan` names, made where they are not there yet (and checked whole where they are)."""
+    asked, cfg = cfg.dataset, replace(cfg, dataset=plan.dataset)
+    if takes_images(cfg):
+        log.info("dataset: synthetic %dx%d images of %d classes (%s)", cfg.image_size, cfg.image_size, cfg.num_classes,
+                 cfg.model)
+        write_images(cfg)
+    elif plan.dataset == "mnist":
+        log.info("dataset: MNIST from %s", plan.root)
+    elif asked == "synthetic":
         log.info("dataset: synthetic digits")
-    cfg = replace(cfg, dataset="synthetic")
-    check_epoch_length(cfg, cfg.synthetic_train_size)
-    write_synthetic(cfg)
+        write_synthetic(cfg)
+    else:
+        log.info("dataset: synthetic digits (MNIST is not in %s and could not be downloaded)", cfg.data_dir)
+        write_synthetic(cfg)
     return cfg
 
 
@@ -101,7 +125,6 @@ def write_images(cfg: TrainConfig) -> Path:
     if root.is_dir():
         _check_images(cfg, root)
         return root
-    free_space(root.parent, "--data-dir", synthetic_file_bytes(cfg), "the synthetic images")
     from workload import images  # numpy: imported only when images are generated
 
     with _made_whole(root) as scratch:
@@ -173,8 +196,6 @@ def write_synthetic(cfg: TrainConfig) -> Path:
             except DataError as problem:
                 raise DataError(f"{problem}; delete {root} and it is made again") from None
         return root
-    free_space(root.parent, "--data-dir", synthetic_file_bytes(cfg),
-               "the synthetic digits' IDX files and their .gz copies")
     from workload import synthetic  # torch and numpy: imported only when digits are generated
 
     with _made_whole(root) as scratch:
@@ -191,10 +212,12 @@ def load(cfg: TrainConfig) -> Splits:
     """Load both splits of a resolved dataset through torchvision, as normalised tensors."""
     if cfg.dataset not in ("mnist", "synthetic"):
         raise ValueError("resolve() the dataset before loading it")
+    if cfg.dataset == "synthetic" and (plan := choose(cfg)).make:  # another node than the launcher's: made here
+        preflight.check_data(cfg, plan)
     if takes_images(cfg):
         return _image_splits(write_images(cfg))  # a no-op where the launcher already wrote them
     if cfg.dataset == "synthetic":
-        write_synthetic(cfg)  # a no-op where the launcher already wrote them; needed on other nodes
+        write_synthetic(cfg)
     root = mnist_root(cfg)
     for split in SPLIT_FILES:
         validate_idx(root / "MNIST" / "raw", split)

@@ -49,6 +49,8 @@ def steps(cfg: TrainConfig, epoch: int, world: int, rank: int, samples: int) -> 
     order = torch.randperm(samples, generator=generator)
     for offset in range(0, samples, world * cfg.batch_size):
         take = min(world * cfg.batch_size, samples - offset)
+        if take < world:  # a tail too short to give every rank a sample (an empty batch's loss is NaN): dropped
+            return
         yield offset + take, take, order[offset + rank:offset + take:world]
 
 

@@ -79,7 +79,7 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
 
 def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> contextlib.AbstractContextManager:
     """torchrun, mp.spawn and horovodrun end the other ranks with SIGTERM once one has exited, sometimes before they
-    notice the lost peer themselves (seen once under horovodrun): such a rank says so in the lost-peer line and leaves
+    notice the lost peer themselves: such a rank says so in the lost-peer line and leaves
     at once, without a shutdown that would wait on the dead peer. They also pass on a SIGTERM sent to them (`timeout`, a
     scheduler): every rank gets it at once, none has died, and rank 0 says so, once. Off the main thread too: a rank
     waiting in C++ for its group to form ran the handler only when torchrun killed it, 30 s later."""
@@ -106,6 +106,5 @@ def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> conte
 def leave_without_teardown() -> NoReturn:
     """A finished torchrun, mp.spawn or horovodrun rank, its results written and its group left, ends without the
     interpreter's teardown: C++ threads still joinable then abort a rank that had finished ("terminate called without an
-    active exception", exit -6): seen once in 32 traced ranks, and once untraced, with bf16 autocast, in a full test
-    run."""
+    active exception", exit -6)."""
     signals.exit_now(0)

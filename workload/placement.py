@@ -1,8 +1,8 @@
 """Where each rank ran, and what it sent over its network link: facts every results.json records.
 
-`placement`: one entry per rank, `node_id`, `node_ip`, `rank`, `local_rank` and `cores` (the cores it may run on,
-workload/cores.py). On Ray the node is Ray's node; under torchrun and horovodrun, which start every rank on one host
-here, it is the host.
+`placement`: one entry per rank, `node_id`, `node_ip`, `rank`, `local_rank`, `cores` (the cores it may run on,
+workload/cores.py) and `host` (the machine's boot id, which the simulated cluster's nodes share). On Ray the node is
+Ray's node; under torchrun and horovodrun, which start every rank on one host here, it is the host.
 """
 
 import os
@@ -31,17 +31,26 @@ def node() -> tuple[str, str]:
     return host, address
 
 
+def host() -> str:
+    """The machine this process runs on, whatever its network namespace: the kernel's boot id."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return socket.gethostname()
+
+
 def gather(ctx: DistContext) -> list[dict[str, object]]:
     """Every rank's node, gathered onto every rank (one collective), ordered by rank."""
     node_id, node_ip = node()
-    row = torch.zeros(3 * FIELD_BYTES + 1, dtype=torch.int64)
-    for i, text in enumerate((node_id, node_ip, cores.current())):
+    row = torch.zeros(4 * FIELD_BYTES + 1, dtype=torch.int64)
+    for i, text in enumerate((node_id, node_ip, cores.current(), host())):
         raw = text.encode()[:FIELD_BYTES]
         row[i * FIELD_BYTES : i * FIELD_BYTES + len(raw)] = torch.tensor(list(raw), dtype=torch.int64)
     row[-1] = ctx.local_rank
     table = ctx.gather_rows(row)
     return [{"rank": rank, "local_rank": int(r[-1]), "node_id": _text(r[:FIELD_BYTES]),
-             "node_ip": _text(r[FIELD_BYTES : 2 * FIELD_BYTES]), "cores": _text(r[2 * FIELD_BYTES : 3 * FIELD_BYTES])}
+             "node_ip": _text(r[FIELD_BYTES : 2 * FIELD_BYTES]), "cores": _text(r[2 * FIELD_BYTES : 3 * FIELD_BYTES]),
+             "host": _text(r[3 * FIELD_BYTES : 4 * FIELD_BYTES])}
             for rank, r in enumerate(table.tolist())]
 
 

@@ -69,12 +69,13 @@ def build_model(cfg: TrainConfig, device: torch.device) -> torch.nn.Module:
 
 
 def machine_load(trainer: Trainer, placement: list[dict[str, Any]], last: dict[str, Any]) -> dict[str, float] | None:
-    """What else used rank 0's host over the last epoch's steady window: its CPU time outside the ranks on it."""
+    """What else used rank 0's machine over the last epoch's steady window: its CPU time outside the ranks on it
+    (every simulated node's included: they share the machine)."""
     if trainer.host is None or "cpu_s_per_rank" not in last:
         return None
-    here = placement[0]["node_id"] if placement else None
+    here = placement[0].get("host") if placement else None
     mine = sum(cpu for rank, cpu in enumerate(last["cpu_s_per_rank"])
-               if not placement or placement[rank]["node_id"] == here)
+               if not placement or placement[rank].get("host") == here)
     return host_load.others(trainer.host, mine)
 
 

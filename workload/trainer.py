@@ -93,6 +93,7 @@ class Trainer:
     checkpoint_time_s: float = 0.0
     """Seconds spent in on_epoch_end (checkpoints) in this run."""
     host_start: tuple[host_load.Sample | None, float] = (None, 0.0)
+    """The host's CPU counters and the time when this epoch's steady window began."""
     host: dict[str, float] | None = None
     """This host's CPU counters over the last epoch's steady window (workload/host_load.py)."""
 
