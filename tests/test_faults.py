@@ -278,7 +278,9 @@ def _stop_rank_1_after_epoch_1(name: str, cfg: TrainConfig, folder: Path, env: d
         _assert_gone(pids, bound_s=cfg.stall_timeout_s + 60, ranks=("rank0",))  # its watchdog ended it
         if name == "mp.spawn":  # the command itself ends the stopped rank: SIGTERM, then SIGKILL after a grace
             proc.wait(timeout=spawn.JOIN_GRACE_S + 15)
-        os.kill(stopped, signal.SIGKILL)  # a stopped process keeps a launcher's SIGTERM pending: not the test's wait
+        else:  # a stopped process keeps a launcher's SIGTERM pending: not the test's wait
+            with contextlib.suppress(ProcessLookupError):  # its launcher's own SIGKILL may have come first
+                os.kill(stopped, signal.SIGKILL)
         proc.wait(timeout=120)
     finally:
         proc.kill()
