@@ -79,8 +79,7 @@ def choose(cfg: TrainConfig) -> DataPlan:
                 "copy the files there or use --dataset synthetic"
             )
     root = mnist_root(replace(cfg, dataset="synthetic"))
-    made = all((root / "MNIST" / "raw" / name).exists() for pair in SPLIT_FILES.values() for name in pair)
-    return DataPlan("synthetic", root, cfg.synthetic_train_size, make=not made)
+    return DataPlan("synthetic", root, cfg.synthetic_train_size, make=not _digits_made(root / "MNIST" / "raw"))
 
 
 def make(cfg: TrainConfig, plan: DataPlan) -> TrainConfig:
@@ -92,11 +91,9 @@ def make(cfg: TrainConfig, plan: DataPlan) -> TrainConfig:
         write_images(cfg)
     elif plan.dataset == "mnist":
         log.info("dataset: MNIST from %s", plan.root)
-    elif asked == "synthetic":
-        log.info("dataset: synthetic digits")
-        write_synthetic(cfg)
     else:
-        log.info("dataset: synthetic digits (MNIST is not in %s and could not be downloaded)", cfg.data_dir)
+        log.info("dataset: synthetic digits%s", "" if asked == "synthetic"
+                 else f" (MNIST is not in {cfg.data_dir} and could not be downloaded)")
         write_synthetic(cfg)
     return cfg
 
@@ -185,11 +182,15 @@ def mnist_root(cfg: TrainConfig) -> Path:
     return Path(cfg.data_dir)
 
 
+def _digits_made(raw: Path) -> bool:
+    return all((raw / name).exists() for pair in SPLIT_FILES.values() for name in pair)
+
+
 def write_synthetic(cfg: TrainConfig) -> Path:
     """Generate the synthetic IDX files unless they already exist; deterministic from the seed."""
     root = mnist_root(replace(cfg, dataset="synthetic"))
     raw = root / "MNIST" / "raw"
-    if all((raw / name).exists() for pair in SPLIT_FILES.values() for name in pair):
+    if _digits_made(raw):
         for split in SPLIT_FILES:  # made here earlier, then cut short or changed: refused now, not in the workers
             try:
                 _validate_idx(raw, split)
