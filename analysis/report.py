@@ -471,7 +471,7 @@ def definitions(comparison: dict[str, Any]) -> list[str]:
         f"**Speed** (`{s['speed_metric']}`) is steady-state throughput: total samples/s over all workers from the "
         f"median step time of the last epoch, its first {s['config']['warmup_steps']} steps left out; a median "
         "ignores the odd stalled step. **End to end** is the time from the launcher's start to its return. The "
-        "runs are interleaved (A B B A …), so a slow minute hits every arm alike; native and Horovod are compared "
+        "runs are interleaved (A B B A …; more arms in a Williams design), so a slow minute hits every arm alike; native and Horovod are compared "
         "round by round, as a paired t interval on the log ratios, exponentiated; a winner is named only when the "
         "whole 95 % interval lies on one side of 1.", "",
         "Losses, accuracy and the per-step columns are from each arm's first finished run. Comm share: the time "

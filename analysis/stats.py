@@ -282,10 +282,25 @@ def cost_sentence(estimate: RatioEstimate, a_name: str = "native", b_name: str =
 
 
 def balanced_order(arms: Sequence[T], repeats: int) -> list[tuple[int, T]]:
-    """(round, arm) in A B B A A B … order, so a slow minute on the machine hits every arm alike."""
+    """(round, arm) in a Williams design, so a slow minute on the machine hits every arm alike: over a cycle of rounds
+    each arm takes every place in a round equally often and follows every other arm equally often; each round's
+    next is its mirror. Two arms: A B, B A, A B, …"""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    return [(r, arm) for r in range(repeats) for arm in (arms if r % 2 == 0 else reversed(arms))]
+    cycle = _williams(len(arms))
+    return [(r, arms[i]) for r in range(repeats) for i in cycle[r % len(cycle)]]
+
+
+def _williams(n: int) -> list[list[int]]:
+    """The rounds of a Williams square over n arms (n rounds; 2n, each row beside its mirror, where n is odd)."""
+    first, low, high = [0], 1, n - 1
+    for place in range(1, n):
+        first.append(low if place % 2 else high)
+        low, high = (low + 1, high) if place % 2 else (low, high - 1)
+    rows = [[(i + k) % n for i in first] for k in range(n)]
+    if n % 2:
+        return [order for row in rows for order in (row, row[::-1])]
+    return [order for k in range(n // 2) for order in (rows[k], rows[k + n // 2])]  # row k + n/2 mirrors row k
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:

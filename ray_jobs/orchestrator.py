@@ -120,7 +120,7 @@ def runs(workers: list[int], compared: list[Arm], repeats: int,
 
     Per worker count: the references once (they are deterministic and only serve parity; `emulate_horovod` adds the
     one that rounds compressed gradients as Horovod does), then every arm `repeats` times in a balanced order
-    (A B B A …), so that a slow minute on the machine hits every arm alike.
+    (A B B A …; more arms in a Williams design), so that a slow minute on the machine hits every arm alike.
     """
     planned, not_applicable = [], []
     for n in workers:

@@ -285,8 +285,9 @@ def test_aa_twins_run_under_their_own_labels_interleaved_with_the_arms_they_copy
                                            "native/torchrun-aa"]
     runs, _ = plan([1], arms, repeats=2)
     distributed = [(round_, arm.label) for round_, arm, _ in runs if arm.launcher != "local"]
-    assert distributed == [(0, label) for label in [a.label for a in arms]] + \
-        [(1, label) for label in reversed([a.label for a in arms])]
+    # Six arms in a Williams design: the first round's order, then its mirror.
+    first = ["native", "horovod", "native/torchrun-aa", "native/torchrun", "horovod-aa", "native-aa"]
+    assert distributed == [(0, label) for label in first] + [(1, label) for label in reversed(first)]
     assert [arm.label for arm in for_backends(["native", "horovod"], ["ray"])] == ["native", "horovod"]
 
 

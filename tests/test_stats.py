@@ -2,6 +2,7 @@
 
 import math
 import statistics
+from collections import Counter
 
 import pytest
 
@@ -139,6 +140,21 @@ def test_balanced_order_alternates_direction_each_round():
     assert balanced_order(("x",), 2) == [(0, "x"), (1, "x")]
     with pytest.raises(ValueError):
         balanced_order(["a", "b"], 0)
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 6])
+def test_balanced_order_gives_every_arm_every_place_and_every_predecessor_alike(n):
+    arms = list(range(n))
+    cycle = n if n % 2 == 0 else 2 * n
+    order = balanced_order(arms, 2 * cycle)
+    rounds = [[arm for r, arm in order if r == k] for k in range(2 * cycle)]
+    assert all(sorted(one) == arms for one in rounds)
+    first_two = rounds[0] + rounds[1]
+    assert rounds[1] == rounds[0][::-1] and first_two == [arm for _, arm in order[:2 * n]]
+    places = Counter((place, arm) for one in rounds[:cycle] for place, arm in enumerate(one))
+    assert set(places.values()) == {cycle // n} and len(places) == n * n
+    follows = Counter((a, b) for one in rounds[:cycle] for a, b in zip(one, one[1:]))
+    assert len(follows) == n * (n - 1) and set(follows.values()) == {cycle // n}
 
 
 def test_spread_reports_relative_range():
