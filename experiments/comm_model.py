@@ -206,6 +206,9 @@ class Fit:
     points: list[Point]
     residuals: list[float]
     """Per point: (predicted − measured) ÷ measured step time."""
+    rank: int = 3
+    """How many of α, 1/η and h the runs tell apart: below 3, some trade against each other and the fit's choice
+    among them is arbitrary (one gradient in one bucket count cannot part a message's cost from a byte's)."""
 
     def summary(self) -> dict[str, Any]:
         def span(values: list[float]) -> list[float]:
@@ -217,7 +220,7 @@ class Fit:
                 "ci95": {name: [_finite(v) for v in span([getattr(s, name) for s in self.samples])]
                          for name in asdict(self.constants)},
                 "residual_rms": math.sqrt(statistics.fmean(r * r for r in self.residuals)),
-                "residual_max": max(map(abs, self.residuals))}
+                "residual_max": max(map(abs, self.residuals)), "rank": self.rank}
 
 
 def _finite_number(value: object) -> bool:
@@ -264,7 +267,8 @@ def fit(backend: str, fitted: list[Point], gradient: Callable[[int | str, float]
     samples = [one(rng.integers(0, len(fitted), len(fitted))) for _ in range(BOOTSTRAP)]
     residuals = [(p.compute_s + waited(constants, row, p.compute_s) - p.step_s) / p.step_s
                  for p, row in zip(fitted, x, strict=True)]
-    return Fit(backend, constants, samples, fitted, residuals)
+    scaled = x / np.maximum(np.abs(x).max(axis=0), 1e-300)  # each term to 1, so that seconds and bytes compare
+    return Fit(backend, constants, samples, fitted, residuals, int(np.linalg.matrix_rank(scaled, tol=1e-6)))
 
 
 def step(fitted: Fit, gradient: Gradient, bucket_mb: float, nodes: int, bits_per_s: float | None,

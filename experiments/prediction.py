@@ -3,6 +3,7 @@ checked against the sweeps on more nodes, and its predictions over nodes × link
 prediction.json, prediction.md and prediction.png. Torch-free: the caller says what each width's gradient is.
 """
 
+import json
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -177,6 +178,17 @@ def write(doc: dict[str, Any], folder: Path) -> str:
     return written
 
 
+def render(folder: Path) -> str | None:
+    """prediction.md and prediction.png again from the folder's prediction.json alone; None where it holds none."""
+    if not (folder / "prediction.json").is_file():
+        return None
+    doc = json.loads((folder / "prediction.json").read_text())
+    written = markdown(doc)
+    (folder / "prediction.md").write_text(written)
+    plot(doc, folder / "prediction.png")
+    return written
+
+
 def _constant(name: str, value: float | None, span: list[float | None]) -> str:
     scale, unit = {"alpha_s": (1e3, " ms"), "host_s_per_byte": (1e9, " ns/B"), "link_efficiency": (1, ""),
                    "overlap": (1, "")}[name]
@@ -212,6 +224,12 @@ def markdown(doc: dict[str, Any]) -> str:
             _constant(name, f[name], f["ci95"][name]) for name in ("alpha_s", "link_efficiency", "host_s_per_byte",
                                                                   "overlap"))
             + f" | {100 * f['residual_rms']:.1f} % ({100 * f['residual_max']:.1f} %) |")
+    if apart := [f"{b} {doc['fit'][b]['rank']}" for b in BACKENDS if doc["fit"][b].get("rank", 3) < 3]:
+        out += ["", f"**The runs do not tell every constant apart** (independent terms of 3: {', '.join(apart)}): "
+                "the runs did not vary their messages, link time and bytes independently (one gradient in one bucket "
+                "count cannot part a message's cost α from a byte's h), so the split above is the fit's arbitrary "
+                "choice, and predictions at other node counts or gradients depend on it. Add a 2-node sweep at "
+                "another --bucket-mb or of another model."]
     out += ["", "Compute per step measured at 2 nodes (s): " + "; ".join(
         f"{b} " + ", ".join(f"{_models([w])} {s:.4f}" for w, s in doc["compute_s"][b].items()) for b in BACKENDS) + "."]
     if measured.get("held_out"):
@@ -323,8 +341,9 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     plt = plots.pyplot()
     names = list(dict.fromkeys(p["gradient"] for p in doc["predictions"]))
     widths = len(doc["grid"]["widths"])
-    # The narrowest and widest ConvNet, and the first gradient given in MB.
-    shown = list(dict.fromkeys([names[0], names[max(widths - 1, 0)], names[min(widths, len(names) - 1)]]))
+    # The narrowest and widest ConvNet and the next gradient (a model's, or one given in MB); without widths, three.
+    shown = list(dict.fromkeys([names[0], names[max(widths - 1, 0)], names[min(widths, len(names) - 1)]] if widths
+                               else names[:3]))
     fig, axes = plt.subplots(1, len(shown) + 1, figsize=(4.2 * (len(shown) + 1), 4.2))
     for ax, name in zip(axes, shown):
         cells = [p for p in doc["predictions"] if p["gradient"] == name]

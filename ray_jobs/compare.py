@@ -146,7 +146,12 @@ def simulate(cmp: CompareConfig, base: TrainConfig, root: Path) -> int:
 
 
 def render_sweep(sweep_dir: str | Path) -> str:
-    return regime.render(sweep_dir, model_size)
+    """The sweep's report and plots, and its fitted model's prediction where experiments.predict wrote one there."""
+    from experiments import prediction  # numpy: only where a sweep is rendered
+
+    written = regime.render(sweep_dir, model_size)
+    prediction.render(Path(sweep_dir))
+    return written
 
 
 def model_size(key: int | str) -> dict[str, int]:

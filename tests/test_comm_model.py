@@ -11,6 +11,7 @@ import pytest
 from contract.config import BACKENDS, ConfigError
 from experiments import comm_model, netsim, prediction
 from experiments.comm_model import Constants, Gradient
+from ray_jobs import compare
 from tests.helpers import run_module
 from workload import model
 
@@ -111,6 +112,19 @@ def test_the_fit_recovers_the_constants_the_runs_were_made_from(tmp_path):
         assert got.link_efficiency == pytest.approx(true.link_efficiency, rel=1e-6)
         assert got.host_s_per_byte == pytest.approx(true.host_s_per_byte, rel=1e-6)
         assert max(map(abs, fitted.residuals)) < 1e-6
+        assert fitted.rank == 3
+
+
+def test_a_fit_that_cannot_part_a_message_from_a_byte_says_so(tmp_path):
+    """One gradient in one bucket count: α and h move together in every run, so the fit's split is arbitrary."""
+    sweep = _sweep(tmp_path / "two", 2, RATES_2, [4])
+    found, _ = comm_model.points([str(sweep)], gradient, netsim.burst_bytes)
+    assert {comm_model.fit(b, [p for p in found if p.backend == b], gradient).rank for b in BACKENDS} == {2}
+    doc = prediction.build([str(sweep)], gradient, prediction.Grid(nodes=[2], rates={"1gbit": 1e9}, widths=[4],
+                                                                   megabytes=[], compute_ms=None, bucket_mb=0.0))
+    assert {doc["fit"][b]["rank"] for b in BACKENDS} == {2}
+    assert "**The runs do not tell every constant apart** (independent terms of 3: native 2, horovod 2)" in \
+        prediction.markdown(doc)
 
 
 def test_the_overlap_is_found_where_the_runs_tell_it_apart(tmp_path):
@@ -175,6 +189,12 @@ def test_predict_validates_on_more_nodes_and_writes_its_three_files(tmp_path):
     text = (two / "prediction.md").read_text()
     assert "10 of 10 predictions within 20 %" not in text and "15 of 15 predictions within 20 %" in text
     assert "What the model leaves out" in text and done.stdout.count("## Predictions") == 1
+    # make docs renders the prediction again from its JSON alone, with the sweep's own report.
+    picture = (two / "prediction.png").read_bytes()
+    for made in ("prediction.md", "prediction.png"):
+        (two / made).unlink()
+    assert compare.render_sweep(two) and (two / "prediction.md").read_text() == text
+    assert (two / "prediction.png").read_bytes() == picture
 
 
 @pytest.mark.parametrize("args, says", [
