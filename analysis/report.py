@@ -471,9 +471,9 @@ def definitions(comparison: dict[str, Any]) -> list[str]:
         f"**Speed** (`{s['speed_metric']}`) is steady-state throughput: total samples/s over all workers from the "
         f"median step time of the last epoch, its first {s['config']['warmup_steps']} steps left out; a median "
         "ignores the odd stalled step. **End to end** is the time from the launcher's start to its return. The "
-        "runs are interleaved (A B B A …; more arms in a Williams design), so a slow minute hits every arm alike; native and Horovod are compared "
-        "round by round, as a paired t interval on the log ratios, exponentiated; a winner is named only when the "
-        "whole 95 % interval lies on one side of 1.", "",
+        "runs are interleaved (A B B A …; more arms in a Williams design), so a slow minute hits every arm alike; "
+        "native and Horovod are compared round by round, as a paired t interval on the log ratios, exponentiated; a "
+        "winner is named only when the whole 95 % interval lies on one side of 1.", "",
         "Losses, accuracy and the per-step columns are from each arm's first finished run. Comm share: the time "
         "spent waiting for averaged gradients after the local backward pass finished. Overlap: the share of the "
         "averaging that backward hid, 1 − that wait ÷ the same averaging alone (measured after training; below 0 "
