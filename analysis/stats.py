@@ -287,6 +287,8 @@ def balanced_order(arms: Sequence[T], repeats: int) -> list[tuple[int, T]]:
     next is its mirror. Two arms: A B, B A, A B, …"""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if not arms:
+        return []
     cycle = _williams(len(arms))
     return [(r, arms[i]) for r in range(repeats) for i in cycle[r % len(cycle)]]
 

@@ -206,7 +206,7 @@ class Fit:
     points: list[Point]
     residuals: list[float]
     """Per point: (predicted − measured) ÷ measured step time."""
-    rank: int = 3
+    rank: int
     """How many of α, 1/η and h the runs tell apart: below 3, some trade against each other and the fit's choice
     among them is arbitrary (one gradient in one bucket count cannot part a message's cost from a byte's)."""
 
@@ -254,7 +254,8 @@ def fit(backend: str, fitted: list[Point], gradient: Callable[[int | str, float]
                   for p in fitted])
     compute = np.array([p.compute_s for p in fitted])
     y = np.array([p.waited_s for p in fitted])
-    if all(p.alone_s is not None and p.exposed_s is not None for p in fitted):
+    measured = all(p.alone_s is not None and p.exposed_s is not None for p in fitted)
+    if measured:
         alone, exposed = np.array([p.alone_s for p in fitted]), np.array([p.exposed_s for p in fitted])
 
         def one(pick: np.ndarray) -> Constants:
@@ -267,7 +268,8 @@ def fit(backend: str, fitted: list[Point], gradient: Callable[[int | str, float]
     samples = [one(rng.integers(0, len(fitted), len(fitted))) for _ in range(BOOTSTRAP)]
     residuals = [(p.compute_s + waited(constants, row, p.compute_s) - p.step_s) / p.step_s
                  for p, row in zip(fitted, x, strict=True)]
-    scaled = x / np.maximum(np.abs(x).max(axis=0), 1e-300)  # each term to 1, so that seconds and bytes compare
+    used = x if measured else x[y > 0]  # the rows the fit used: fit_arrays leaves out a run that waited for nothing
+    scaled = used / np.maximum(np.abs(used).max(axis=0), 1e-300)  # each term to 1, so that seconds and bytes compare
     return Fit(backend, constants, samples, fitted, residuals, int(np.linalg.matrix_rank(scaled, tol=1e-6)))
 
 

@@ -172,17 +172,18 @@ def predictions(fits: dict[str, Fit], compute: dict[str, dict[int, float]], para
 def write(doc: dict[str, Any], folder: Path) -> str:
     """prediction.json, prediction.md and prediction.png into `folder`; returns the Markdown."""
     space.write_json(folder / "prediction.json", doc)
-    written = markdown(doc)
-    (folder / "prediction.md").write_text(written)
-    plot(doc, folder / "prediction.png")
-    return written
+    return _rendered(doc, folder)
 
 
 def render(folder: Path) -> str | None:
-    """prediction.md and prediction.png again from the folder's prediction.json alone; None where it holds none."""
+    """prediction.md and prediction.png again from the folder's prediction.json alone (`make docs`); None where it
+    holds none."""
     if not (folder / "prediction.json").is_file():
         return None
-    doc = json.loads((folder / "prediction.json").read_text())
+    return _rendered(json.loads((folder / "prediction.json").read_text()), folder)
+
+
+def _rendered(doc: dict[str, Any], folder: Path) -> str:
     written = markdown(doc)
     (folder / "prediction.md").write_text(written)
     plot(doc, folder / "prediction.png")
@@ -224,12 +225,12 @@ def markdown(doc: dict[str, Any]) -> str:
             _constant(name, f[name], f["ci95"][name]) for name in ("alpha_s", "link_efficiency", "host_s_per_byte",
                                                                   "overlap"))
             + f" | {100 * f['residual_rms']:.1f} % ({100 * f['residual_max']:.1f} %) |")
-    if apart := [f"{b} {doc['fit'][b]['rank']}" for b in BACKENDS if doc["fit"][b].get("rank", 3) < 3]:
+    if apart := [f"{b} {doc['fit'][b]['rank']}" for b in BACKENDS if doc["fit"][b]["rank"] < 3]:
         out += ["", f"**The runs do not tell every constant apart** (independent terms of 3: {', '.join(apart)}): "
                 "the runs did not vary their messages, link time and bytes independently (one gradient in one bucket "
-                "count cannot part a message's cost α from a byte's h), so the split above is the fit's arbitrary "
-                "choice, and predictions at other node counts or gradients depend on it. Add a 2-node sweep at "
-                "another --bucket-mb or of another model."]
+                "count cannot part a message's cost α from a byte's h; unshaped links alone cannot measure η), so "
+                "the split above is the fit's arbitrary choice, and predictions at other node counts or gradients "
+                "depend on it. Add a 2-node sweep at another --bucket-mb, of another model, or at a shaped rate."]
     out += ["", "Compute per step measured at 2 nodes (s): " + "; ".join(
         f"{b} " + ", ".join(f"{_models([w])} {s:.4f}" for w, s in doc["compute_s"][b].items()) for b in BACKENDS) + "."]
     if measured.get("held_out"):

@@ -70,7 +70,7 @@ def comparison(repeats: int = 3, steady: dict | None = None) -> dict:
         if workers > 1:
             runs.append(run("global-batch", workers, 0, 1900.0))
         for round_ in range(repeats):
-            for arm in ARMS if round_ % 2 == 0 else reversed(ARMS):  # A B B A, as the orchestrator runs them
+            for arm in ARMS if round_ % 2 == 0 else reversed(ARMS):  # a round, then its mirror; the figures need no more
                 started = STARTED[arm.split("/")[0]][round_] + (0.0 if "/" in arm else 3.0)
                 runs.append(run(arm, workers, round_, steady[arm, workers][round_], started))
     launchers = ["ray", "torchrun", "horovodrun"]
