@@ -23,6 +23,8 @@ from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+GLOO_LOST_PEER = ("gloo/transport", "Application timeout caused pair closure")
+"""What gloo's errors say when a peer went away or stopped answering until the group's timeout."""
 
 
 class DDPGradientSync:
@@ -84,8 +86,11 @@ def torch_all_reduce(device: torch.device):
 
 def lost_peer(error: BaseException) -> bool:
     """Whether a collective failed because a peer went away: gloo raises a plain RuntimeError from its transport
-    ("Connection closed by peer", "Connection reset by peer"), NCCL and the store a DistError."""
-    return isinstance(error, dist.DistError) or (isinstance(error, RuntimeError) and "gloo/transport" in str(error))
+    ("Connection closed by peer", "Connection reset by peer", "Timed out waiting"), or without the transport's path
+    from the other operations of a pair that its timeout closed; NCCL and the store raise a DistError."""
+    return isinstance(error, dist.DistError) or (isinstance(error, RuntimeError) and any(
+        mark in str(error) for mark in GLOO_LOST_PEER))
+
 
 
 def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str, Any] | None,

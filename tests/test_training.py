@@ -88,6 +88,18 @@ def test_single_rank_gloo_ddp_steps_match_the_reference_bit_for_bit(cfg, compres
         dist.destroy_process_group()
 
 
+@pytest.mark.parametrize("message, lost", [
+    ("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4242", True),
+    ("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 10000ms for recv", True),
+    ("Application timeout caused pair closure", True),  # a broadcast's other operations, once the timeout closed
+    ("CUDA out of memory", False),
+])
+def test_a_collective_that_lost_its_peer_is_told_from_any_other_error(message, lost):
+    from native_ddp.adapter import lost_peer
+
+    assert lost_peer(RuntimeError(message)) is lost
+
+
 def test_epoch_timing_excludes_warmup_and_reports_shares():
     # 2 workers, 4 steps of (data, compute, sync, samples); the first step is a slow warm-up.
     step = [[0.0, 5.0, 0.0, 100]] + [[0.01, 0.07, 0.02, 100]] * 3
