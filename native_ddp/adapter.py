@@ -92,7 +92,6 @@ def lost_peer(error: BaseException) -> bool:
         mark in str(error) for mark in GLOO_LOST_PEER))
 
 
-
 def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str, Any] | None,
           save_checkpoint, watchdog: Watchdog, restarts: int = 0) -> dict[str, Any] | None:
     """Train on this rank; rank 0 returns the result written to results.json.
