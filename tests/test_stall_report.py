@@ -4,6 +4,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from runtime import heartbeats
 from workload.watchdog import Watchdog
 
@@ -107,3 +109,28 @@ def test_a_peer_reading_the_files_as_the_last_signalled_rank_removes_them_claims
     monkeypatch.setattr(Path, "read_text", removed_as_read)
     assert heartbeats.ended_first(out, 1, 2, {0, 1}) == []
     assert not heartbeats.folder(out).exists() and os.listdir(out) == []
+
+
+def test_a_stall_the_group_s_timeout_named_first_keeps_its_line_when_the_bound_runs_out(tmp_path, monkeypatch, capsys):
+    # Ray sets the group's timeout to the stall bound, so the main thread may name the stall as the watchdog fires.
+    def exit_(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(os, "_exit", exit_)
+    watchdog = Watchdog(10, str(tmp_path), report=True)  # not entered: no thread; _fire is what it does at the bound
+    watchdog.joined(0, 2)
+    _beat(tmp_path, 1, 12)
+    line = watchdog.named_stall()
+    assert line.startswith("rank 0 made no progress for ") and "no sign of life from rank 1 (12 s)" in line
+    assert watchdog.phase == "leaving after the stall"  # a whole bound to leave in before the watchdog fires
+    with pytest.raises(SystemExit):
+        watchdog._fire()
+    assert capsys.readouterr().err == "" and heartbeats.take(str(tmp_path)) == line
+    # Unnamed, the watchdog says the line itself and leaves it for the driver.
+    watchdog = Watchdog(10, str(tmp_path), report=True)
+    watchdog.joined(0, 2)
+    _beat(tmp_path, 1, 12)
+    with pytest.raises(SystemExit):
+        watchdog._fire()
+    assert capsys.readouterr().err.startswith("error: rank 0 made no progress for ")
+    assert "no sign of life from rank 1 (12 s)" in heartbeats.take(str(tmp_path))

@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from typing import NoReturn
 
 from runtime import heartbeats
 from workload.tools import Tool
@@ -36,6 +37,8 @@ class Watchdog(Tool):
         self._seen: set[int] = set()  # the ranks whose file this rank has seen: a file never seen is not a death
         self._last = time.monotonic()
         self._stop = threading.Event()
+        self._naming = threading.Lock()  # one stall line per rank, from this thread or the main one (named_stall)
+        self._named = ""
         self._thread = threading.Thread(target=self._watch, name="stall-watchdog", daemon=True)
 
     def __enter__(self) -> "Watchdog":
@@ -73,21 +76,33 @@ class Watchdog(Tool):
     def _watch(self) -> None:
         while not self._stop.wait(min(1.0, self.timeout_s / 4)):
             self._beat()
-            if time.monotonic() - self._last > self.timeout_s:
-                line = self._line(self._quiet())
-                if self.output_dir:
-                    heartbeats.leave(self.output_dir, line if self.report else "")
-                print(f"error: {line}; ending this rank", file=sys.stderr, flush=True)
-                os._exit(STALL_EXIT_CODE)
+            # The group's own timeout (Ray sets it to this bound) can end the collective in the same instant: the main
+            # thread's named_stall and this thread's line must not undo each other's report, nor exit half-way.
+            with self._naming:
+                if time.monotonic() - self._last > self.timeout_s:
+                    self._fire()
+
+    def _fire(self) -> NoReturn:
+        """End this process with the stall's line, left for the driver under Ray; silently where named_stall has said
+        it already (a rank whose leaving then hung for a whole bound)."""
+        if not self._named:
+            line = self._line(self._quiet())
+            if self.output_dir:
+                heartbeats.leave(self.output_dir, line if self.report else "")
+            print(f"error: {line}; ending this rank", file=sys.stderr, flush=True)
+        os._exit(STALL_EXIT_CODE)
 
     def named_stall(self) -> str:
         """After a collective failed: the stall line if a peer has gone quiet (the group's own timeout, which Ray sets
-        to this bound, ran out first), left for the driver under Ray; '' when no peer is known to be quiet."""
-        if not (quiet := self._quiet()):
-            return ""
-        line = self._line(quiet)
-        heartbeats.leave(self.output_dir, line if self.report else "")
-        return line
+        to this bound, ran out first), left for the driver under Ray; '' when no peer is known to be quiet. The
+        watchdog then allows the rank a whole bound to leave with that line."""
+        with self._naming:
+            if not (quiet := self._quiet()):
+                return ""
+            self._named = self._line(quiet)
+            heartbeats.leave(self.output_dir, self._named if self.report else "")
+            self.kick("leaving after the stall")
+            return self._named
 
     def signalled_with_peers(self) -> bool | None:
         """After SIGTERM: whether every peer is still running or was signalled too (a launcher passing the user's
