@@ -181,12 +181,23 @@ def _least_squares(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best
 
 
+def _waits(y: np.ndarray) -> np.ndarray:
+    """The runs a fit from the waits uses: one that waited for nothing says only that ω·C covered its comm."""
+    return y > 0
+
+
+def _constants(theta: np.ndarray, overlap: float) -> Constants:
+    """The constants from the least-squares coefficients of (messages, link seconds, bytes)."""
+    return Constants(alpha_s=float(theta[0]), link_efficiency=1 / theta[1] if theta[1] > 0 else math.inf,
+                     host_s_per_byte=float(theta[2]), overlap=overlap)
+
+
 def fit_arrays(x: np.ndarray, compute: np.ndarray, y: np.ndarray,
                overlaps: tuple[float, ...] = OVERLAPS) -> Constants:
     """The constants that best explain the waits `y`: for each ω, a linear fit of y + ω·C, kept where the predicted
     waits (floored at 0) come closest to all of them."""
     best, best_error = None, math.inf
-    waits = y > 0  # a run that waited for nothing says only that ω·C covered its comm: the line is fitted without it
+    waits = _waits(y)
     for overlap in overlaps:
         theta = _least_squares(x[waits], (y + overlap * compute)[waits])
         predicted = np.maximum(0.0, x @ theta - overlap * compute)
@@ -194,8 +205,7 @@ def fit_arrays(x: np.ndarray, compute: np.ndarray, y: np.ndarray,
         if error < best_error - 1e-15:
             best, best_error = (theta, overlap), error
     theta, overlap = best
-    return Constants(alpha_s=float(theta[0]), link_efficiency=1 / theta[1] if theta[1] > 0 else math.inf,
-                     host_s_per_byte=float(theta[2]), overlap=overlap)
+    return _constants(theta, overlap)
 
 
 @dataclass
@@ -237,8 +247,7 @@ def fit_measured(x: np.ndarray, compute: np.ndarray, alone: np.ndarray, exposed:
     runs, within 0-1."""
     theta = _least_squares(x, alone)
     overlap = float(np.clip(np.median((alone - exposed) / np.maximum(compute, 1e-12)), 0.0, 1.0))
-    return Constants(alpha_s=float(theta[0]), link_efficiency=1 / theta[1] if theta[1] > 0 else math.inf,
-                     host_s_per_byte=float(theta[2]), overlap=overlap)
+    return _constants(theta, overlap)
 
 
 def fit(backend: str, fitted: list[Point], gradient: Callable[[int | str, float], Gradient]) -> Fit:
@@ -268,7 +277,7 @@ def fit(backend: str, fitted: list[Point], gradient: Callable[[int | str, float]
     samples = [one(rng.integers(0, len(fitted), len(fitted))) for _ in range(BOOTSTRAP)]
     residuals = [(p.compute_s + waited(constants, row, p.compute_s) - p.step_s) / p.step_s
                  for p, row in zip(fitted, x, strict=True)]
-    used = x if measured else x[y > 0]  # the rows the fit used: fit_arrays leaves out a run that waited for nothing
+    used = x if measured else x[_waits(y)]  # the rows the fit used
     scaled = used / np.maximum(np.abs(used).max(axis=0), 1e-300)  # each term to 1, so that seconds and bytes compare
     return Fit(backend, constants, samples, fitted, residuals, int(np.linalg.matrix_rank(scaled, tol=1e-6)))
 
