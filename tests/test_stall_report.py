@@ -63,6 +63,20 @@ def test_a_rank_s_beats_do_not_bring_back_a_folder_a_stall_removed(tmp_path):
     assert not heartbeats.folder(str(tmp_path)).exists()
 
 
+def test_a_sigterm_after_the_second_step_is_never_taken_for_the_start_up(tmp_path):
+    """Rank 0 makes the output folder as training starts: by the second step every rank has beaten and seen its
+    peers, whenever the watchdog's thread beats next."""
+    out = tmp_path / "out"
+    watchdog = Watchdog(0, str(out))  # 0: no thread
+    watchdog.joined(0, 2)
+    assert watchdog.signalled_with_peers() is None  # joined before there was a folder: start-up
+    out.mkdir()  # rank 0's training starts
+    watchdog.after_step(1, 1, 30)
+    heartbeats.beat(str(out), 1, make=True)  # rank 1's first step, before the second's collective
+    watchdog.after_step(1, 2, 30)
+    assert watchdog.signalled_with_peers() is True  # rank 1 runs (its file holds this process's pid)
+
+
 def test_a_launcher_passing_sigterm_on_is_told_from_one_ending_the_ranks_after_a_death(tmp_path):
     import subprocess
     import sys

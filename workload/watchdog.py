@@ -63,6 +63,10 @@ class Watchdog(Tool):
 
     def after_step(self, epoch: int, step: int, steps: int) -> None:
         self.kick()
+        if len(self._seen) < self.world_size:
+            # Rank 0 makes the output folder before the first step: every peer's file is there by the second step's
+            # collective, not only at the thread's next beat, so a SIGTERM from then on is never taken for start-up.
+            self._beat()
 
     def before_eval(self, epoch: int) -> None:
         self.kick("evaluating")
@@ -107,13 +111,15 @@ class Watchdog(Tool):
     def signalled_with_peers(self) -> bool | None:
         """After SIGTERM: whether every peer is still running or was signalled too (a launcher passing the user's
         signal on) rather than one having ended first (a launcher ending the others after a death); None when
-        this rank or every peer has not shown it is alive yet (start-up: no heartbeat folder before the output
-        folder exists). The last rank signalled removes the heartbeat folder."""
+        this rank or every peer has not shown it is alive yet (start-up, up to the second step: rank 0 makes the
+        output folder, and with it the heartbeat folder, as training starts). The last rank signalled removes the
+        heartbeat folder."""
         if not (self._known() and self._made):
             return None
+        # Before marking: the last signalled peer removes the folder only once this rank has marked itself.
+        seen = self._seen | heartbeats.present(self.output_dir, self.world_size)
         heartbeats.mark_signalled(self.output_dir, self.rank)
         # No peer's file seen yet (or ever: another host without a shared folder): nothing to tell the two apart.
-        seen = self._seen | heartbeats.present(self.output_dir, self.world_size)
         first = heartbeats.ended_first(self.output_dir, self.rank, self.world_size, seen) \
             if seen - {self.rank} else None
         if first:
