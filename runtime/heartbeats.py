@@ -103,12 +103,21 @@ def ended_first(output_dir: str, rank: int, world_size: int, seen: set[int]) -> 
     return ended
 
 
+def any_signalled(output_dir: str, world_size: int) -> bool:
+    """Whether some rank's file says SIGTERM reached it."""
+    return any(SIGNALLED in _words(output_dir, rank) for rank in range(world_size))
+
+
+def _words(output_dir: str, rank: int) -> list[str]:
+    try:
+        return (folder(output_dir) / f"rank{rank}").read_text().split()
+    except OSError:
+        return []
+
+
 def every_rank_signalled(output_dir: str, world_size: int) -> bool:
     """Whether every rank's file says SIGTERM reached it: the last rank to find so removes the folder."""
-    try:
-        return all(SIGNALLED in (folder(output_dir) / f"rank{rank}").read_text().split() for rank in range(world_size))
-    except OSError:
-        return False
+    return all(SIGNALLED in _words(output_dir, rank) for rank in range(world_size))
 
 
 def leave(output_dir: str, line: str = "") -> None:

@@ -77,6 +77,29 @@ def test_a_sigterm_after_the_second_step_is_never_taken_for_the_start_up(tmp_pat
     assert watchdog.signalled_with_peers() is True  # rank 1 runs (its file holds this process's pid)
 
 
+def test_a_peer_that_left_on_a_passed_on_sigterm_is_no_lost_peer(tmp_path):
+    """horovodrun passes SIGTERM on one rank at a time: rank 1's collective fails as rank 0 leaves on it, before rank
+    1's own arrives. A peer that died without one is still a lost peer."""
+    watchdog = Watchdog(0, str(tmp_path))  # 0: no thread
+    watchdog.joined(1, 2)
+    heartbeats.beat(str(tmp_path), 0, make=True)
+    watchdog.after_step(1, 1, 30)
+    assert not watchdog.left_on_a_signal()  # rank 0 runs, unsignalled: no passed-on signal to speak of
+    heartbeats.mark_signalled(str(tmp_path), 0)
+    assert watchdog.left_on_a_signal()
+    assert not heartbeats.folder(str(tmp_path)).exists()  # rank 1, last to count as signalled, removed the files
+
+    watchdog = Watchdog(0, str(tmp_path / "died"))
+    (tmp_path / "died").mkdir()
+    watchdog.joined(1, 3)
+    for rank in (0, 2):
+        heartbeats.beat(str(tmp_path / "died"), rank, make=True)
+    watchdog.after_step(1, 1, 30)
+    heartbeats.mark_signalled(str(tmp_path / "died"), 0)  # the launcher ending the others after rank 2 died
+    (heartbeats.folder(str(tmp_path / "died")) / "rank2").unlink()
+    assert not watchdog.left_on_a_signal()
+
+
 def test_a_launcher_passing_sigterm_on_is_told_from_one_ending_the_ranks_after_a_death(tmp_path):
     import subprocess
     import sys

@@ -63,6 +63,8 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
         except Exception as error:
             if not framework.lost_peer(error):
                 raise
+            if not on_ray and watchdog.left_on_a_signal():
+                passed_on(signal.SIGTERM, launcher, cfg)
             lost = peer_lost(error, ctx.rank, launcher, cfg.checkpoint_dir)
             if stalled := watchdog.named_stall():  # not lost: a peer stopped, and the group's timeout ran out
                 lost = PeerLost(f"{stalled}; ending this rank")
@@ -84,23 +86,32 @@ def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> conte
     scheduler): every rank gets it at once, none has died, and rank 0 says so, once. Off the main thread too: a rank
     waiting in C++ for its group to form ran the handler only when torchrun killed it, 30 s later."""
     def ended(signum: int) -> NoReturn:
-        name, hint = signal.Signals(signum).name, RESUME_HINTS[launcher] if cfg.checkpoint_dir else NO_CHECKPOINT_HINT
-        passed_on = watchdog.signalled_with_peers()
-        if passed_on is None:  # no heartbeats to tell the two apart yet: neither claimed (both ranks claimed a peer)
+        name = signal.Signals(signum).name
+        with_peers = watchdog.signalled_with_peers()
+        if with_peers is None:  # no heartbeats to tell the two apart yet: neither claimed (both ranks claimed a peer)
             cli.say(f"ended by {name} from {launcher} during the ranks' start-up, before the run finished (the "
-                    f"user's signal passed on, or a rank that failed first, whose own lines say why); {hint}",
-                    unless_said=True)
+                    f"user's signal passed on, or a rank that failed first, whose own lines say why); "
+                    f"{_hint(launcher, cfg)}", unless_said=True)
             signals.exit_now(128 + signum)
-        if passed_on:
-            cli.say(f"ended by {name}, which {launcher} passed on to every rank, before the run finished; {hint}",
-                    unless_said=True)
-            signals.exit_now(128 + signum)
+        if with_peers:
+            passed_on(signum, launcher, cfg)
         stopped = RuntimeError(f"{launcher} ended this rank with {name}")
         cli.say(str(peer_lost(stopped, launcher_rank(), launcher, cfg.checkpoint_dir)), every_rank=True,
                 unless_said=True)
         signals.exit_now(128 + signum)
 
     return signals.ending_on((signal.SIGTERM,), ended)
+
+
+def passed_on(signum: int, launcher: str, cfg: TrainConfig) -> NoReturn:
+    """A signal the launcher passed on to every rank, which ends this one: rank 0 says so, once."""
+    cli.say(f"ended by {signal.Signals(signum).name}, which {launcher} passed on to every rank, before the run "
+            f"finished; {_hint(launcher, cfg)}", unless_said=True)
+    signals.exit_now(128 + signum)
+
+
+def _hint(launcher: str, cfg: TrainConfig) -> str:
+    return RESUME_HINTS[launcher] if cfg.checkpoint_dir else NO_CHECKPOINT_HINT
 
 
 def leave_without_teardown() -> NoReturn:

@@ -128,6 +128,14 @@ class Watchdog(Tool):
             heartbeats.leave(self.output_dir)
         return None if first is None else True
 
+    def left_on_a_signal(self) -> bool:
+        """After a collective failed for a lost peer: whether the peers that left had been signalled and none had
+        ended first (horovodrun passes SIGTERM on one rank at a time, and the first to go fails the others'
+        collectives before theirs reaches them); this rank then counts as signalled too."""
+        if not (self._known() and self._made and heartbeats.any_signalled(self.output_dir, self.world_size)):
+            return False
+        return self.signalled_with_peers() is True
+
     def _beat(self) -> None:
         if self._known():
             self._made = heartbeats.beat(self.output_dir, self.rank, make=not self._made) or self._made
