@@ -63,9 +63,10 @@ class Watchdog(Tool):
 
     def after_step(self, epoch: int, step: int, steps: int) -> None:
         self.kick()
-        if len(self._seen) < self.world_size:
+        if step <= 2 and len(self._seen) < self.world_size:
             # Rank 0 makes the output folder before the first step: every peer's file is there by the second step's
             # collective, not only at the thread's next beat, so a SIGTERM from then on is never taken for start-up.
+            # Not on later steps: peers on another host without a shared folder are never seen.
             self._beat()
 
     def before_eval(self, epoch: int) -> None:
