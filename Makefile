@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install test test-fast compare bench faults docs clean
+.PHONY: install test test-fast compare bench faults docs gpu-check clean
 
 # Reinstalls only when the declared dependencies or the Horovod build recipe change.
 $(STAMP): pyproject.toml tools/build_horovod.py
@@ -38,6 +38,11 @@ faults: $(STAMP)
 # Every picture and report under docs/results, made again from the JSON committed there.
 docs: $(STAMP)
 	$(BIN)/python -m ray_jobs.compare --render docs/results
+
+# On a GPU machine, offline, with no .venv and no Ray: Horovod built with NCCL from HOROVOD_SDIST, then both backends
+# on every GPU per model and precision (ray_jobs/gpu_check.py). Without a GPU: one line, exit 2.
+gpu-check:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -m ray_jobs.gpu_check $(ARGS)
 
 clean:
 	rm -rf $(VENV) results data

@@ -23,6 +23,17 @@ BN_NOTE = (
     "forward pass, Horovod once before training, so test loss and accuracy may differ slightly between the backends "
     "while their parameters agree; `buffers identical` says whether the ranks' buffers matched at the end "
     "(docs/measuring.md, \"BatchNorm buffers\").")
+ONE_RANK_NOTE = (
+    "With 1 worker each backend runs one rank, so **no gradient averaging was measured**: an allreduce over one rank "
+    "moves nothing between processes or GPUs. What this worker count does show is that both paths build, train and "
+    "agree with the reference, and each framework's own cost per step around the same computation (DDP's reducer "
+    "and hooks; Horovod's hooks and background thread).")
+BN_AVERAGED_NOTE = (
+    "BatchNorm buffers are not gradients, and neither backend averages them in training: DDP broadcasts rank 0's at "
+    "every forward pass, Horovod once before training, and the reference's simulated workers each keep their own. "
+    "Before every evaluation each arm averages them across its ranks (the reference across its simulated workers), "
+    "as timm's distribute_bn does, so that the same parameters evaluate the same; what DDP's broadcast still leaves "
+    "is in each worker count's parity lines (docs/measuring.md, \"BatchNorm buffers\").")
 
 
 TRACES_NOTE = (
@@ -377,7 +388,23 @@ def setup_line(comparison: dict[str, Any]) -> str:
             f"{', '.join(s['launchers'])}; every arm ran {runs.rounds(comparison)} time(s) per worker count, the "
             f"references once; {comparison['wall_time_s'] / 60:.1f} min in all. Python {env['python']}, torch "
             f"{env['torch']}, torchvision {env['torchvision']}, Ray {env['ray']}, Horovod {env['horovod']}; CPU "
-            f"{env['cpu']} ({env['cpu_count']} cores); GPU {env['gpu'] or 'none'}; host {env['hostname']}.")
+            f"{env['cpu']} ({env['cpu_count']} cores); GPU {gpu_text(env)}; host {env['hostname']}."
+            + averaged_by_text(comparison))
+
+
+def gpu_text(env: dict[str, Any]) -> str:
+    """The GPU's model, and where the run recorded them, its count, driver, CUDA and NCCL."""
+    if not env["gpu"] or "gpu_count" not in env:
+        return env["gpu"] or "none"
+    return (f"{env['gpu_count']} × {env['gpu']} (driver {env['gpu_driver'] or 'unknown'}, CUDA {env['cuda']}, NCCL "
+            f"{env['nccl'] or 'none'})")
+
+
+def averaged_by_text(comparison: dict[str, Any]) -> str:
+    """Which library averaged each distributed arm's gradients, as its runs recorded it."""
+    said = {r["arm"]: r["averaged_by"] for r in comparison["runs"] if r["status"] == "ok" and r.get("averaged_by")}
+    return (" Gradients averaged by " + ", ".join(f"{arm}: {library}" for arm, library in sorted(said.items())) + "."
+            if said else "")
 
 
 def chosen_options(comparison: dict[str, Any]) -> list[str]:
@@ -406,6 +433,8 @@ def workers_section(comparison: dict[str, Any], workers: int) -> list[str]:
     phases, and parity."""
     ran = bool(runs.finished(comparison, workers))
     out = ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), ""]
+    if workers == 1:
+        out += [ONE_RANK_NOTE, ""]
     for line in (cost_line(comparison, workers), noise_line(comparison, workers)):
         out += [line, ""] if line else []
     failed = any(r["status"] != "ok" for r in comparison["runs"])
@@ -480,7 +509,7 @@ def definitions(comparison: dict[str, Any]) -> list[str]:
         "where the wait was longer). CPU s per 1k samples counts every thread of every rank. Time to target "
         "counts training time up to the end of the first epoch that reached it; scaling efficiency is the median "
         "steady samples/s over workers × the same arm's 1-worker median.", "",
-        BN_NOTE, "",
+        BN_AVERAGED_NOTE if any(r.get("buffers_averaged") for r in comparison["runs"]) else BN_NOTE, "",
         "Plots: `verdicts.png` (each verdict in words with its 95 % interval, 1.0 marked), `loss.png` (loss per "
         "step, every arm's first run overlaid), `throughput.png` (median steady samples/s by arm and worker count, "
         "each run a dot), `overhead.png` (where each distributed arm's time goes, from launch to return).", ""]
@@ -527,7 +556,21 @@ def identical_parameters(comparison: dict[str, Any], workers: int) -> list[str]:
         if arm in first and ref in first and first[arm].get("parameters_sha256"):
             same = first[arm]["parameters_sha256"] == first[ref].get("parameters_sha256")
             out.append(f"- final parameters, {arm} vs {ref}: {'bit-identical' if same else 'differ'}")
+            if first[arm].get("buffers_averaged"):
+                out.append(accuracy_gap(arm, ref, first))
     return out
+
+
+def accuracy_gap(arm: str, ref: str, first: dict[str, dict[str, Any]]) -> str:
+    """The test accuracy `arm` and its reference reached with their BatchNorm buffers averaged, and why they differ."""
+    mine, theirs = (100 * first[name]["final"]["test_accuracy"] for name in (arm, ref))
+    line = f"- test accuracy, buffers averaged before evaluation, {arm} vs {ref}: {mine:.2f} % vs {theirs:.2f} %"
+    if mine == theirs:
+        return line + " (the same)"
+    cause = ("DDP broadcasts rank 0's buffers before every forward, so its running statistics follow rank 0's "
+             "batches, where each simulated worker of the reference keeps its own" if first[arm]["backend"] == "native"
+             else "the buffers were averaged in another order than the reference's, or differ as the parameters do")
+    return line + f" ({abs(mine - theirs):.2f} points apart: {cause})"
 
 
 

@@ -1,6 +1,7 @@
 """What compare prints once it is done: the verdicts first, a few lines per worker count, and where the report is.
 The full report stays in report.md."""
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -63,4 +64,26 @@ def grid_summary(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], g
             answer = comparison["speed"].get(str(n))
             parity = comparison["parity"].get(str(n), {}).get("verdict", "not judged")
             out.append(f"  {named}, {n} worker(s): {answer['sentence'] if answer else 'no verdict'}; parity {parity}")
+    return out + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]
+
+
+def check_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], grid_dir: Path) -> list[str]:
+    """The GPU check's one table (ray_jobs/gpu_check.py): per setting and worker count, each backend's mean steady
+    samples/s, native ÷ Horovod paired, parity, and what averaged the gradients."""
+    out = ["| setting | workers | native samples/s | Horovod samples/s | native ÷ Horovod (95 % CI) | parity "
+           "| averaged by |", "|---|---|---|---|---|---|---|"]
+    for setting in grid["settings"]:
+        comparison = comparisons[setting["folder"]]
+        a, b = speed.compared_arms(comparison["settings"]["launchers"])
+        named = ", ".join(f"{name} {setting[name]}" for name in grid["varied"]) or setting["folder"]
+        for n in grid["workers"]:
+            finished = runs.finished(comparison, n)
+            means = [f"{statistics.mean(r[speed.METRIC] for r in finished[arm]):.1f}" if arm in finished else "failed"
+                     for arm in (a, b)]
+            answer = comparison["speed"].get(str(n))
+            ratio = "—" if not answer else f"{answer['ratio']:.3f}" + (
+                f" ({answer['ci95'][0]:.3f}–{answer['ci95'][1]:.3f})" if answer["ci95"] else " (one round)")
+            parity = comparison["parity"].get(str(n), {}).get("verdict", "not judged")
+            by = "/".join(finished[arm][0].get("averaged_by") or "?" if arm in finished else "?" for arm in (a, b))
+            out.append(f"| {named} | {n} | {means[0]} | {means[1]} | {ratio} | {parity} | {by} |")
     return out + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]

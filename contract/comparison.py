@@ -7,8 +7,9 @@ from dataclasses import dataclass, field, fields
 from contract.config import BACKENDS, LAUNCHERS, ConfigError
 
 MAX_TARGET_CI = 50.0
+MAX_BUDGET_MIN = 10_080.0
 GROUPS = {
-    "what to compare": ("workers", "backends", "launchers", "model", "compression", "bucket_mb", "model_width",
+    "what to compare": ("workers", "backends", "launchers", "model", "amp", "compression", "bucket_mb", "model_width",
                         "cycle_time_ms", "gradient_as_bucket_view", "best_of_each", "aa"),
     "how long": ("repeats", "target_ci", "budget_min"),
     "statistics": ("parity_steps", "tolerance", "target_accuracy", "assert_parity"),
@@ -16,7 +17,7 @@ GROUPS = {
     "output": ("output_dir", "render"),
 }
 """compare's flag groups in --help (its training flags, TrainConfig's, come last)."""
-LISTS = ("model", "compression", "bucket_mb", "model_width", "cycle_time_ms", "gradient_as_bucket_view")
+LISTS = ("model", "amp", "compression", "bucket_mb", "model_width", "cycle_time_ms", "gradient_as_bucket_view")
 """TrainConfig's options that compare takes as comma-separated lists: every combination is a tuning grid."""
 
 
@@ -35,6 +36,10 @@ class CompareConfig:
     model: str = "convnet"
     """The network(s): convnet, mlp, resnet18, resnet50, vit_b_16, or package.module:factory; a comma-separated
     list runs one comparison per model."""
+
+    amp: str = "none"
+    """Mixed precision for forward and loss in every run, from none, bf16, fp16 (fp16: GPU only, with a GradScaler);
+    a comma-separated list runs one comparison per precision."""
 
     compression: str = "none"
     """Gradients on the wire in both backends, from none, fp16, bf16 (DDP: its compress hooks; Horovod: its
@@ -110,9 +115,10 @@ class CompareConfig:
         self.launcher_names = _distinct_names("--launchers", self.launchers, LAUNCHERS,
                                               f"--launchers takes distinct names from {', '.join(LAUNCHERS)}, got "
                                               f"{self.launchers!r}")
-        for name in ("repeats", "parity_steps"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
+        for name, bound in (("repeats", 1000), ("parity_steps", 1_000_000)):
+            if not 0 < getattr(self, name) <= bound:
+                raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer up to {bound}, got "
+                                  f"{getattr(self, name)}")
         if not (math.isfinite(self.tolerance) and self.tolerance >= 0):
             raise ConfigError(f"--tolerance must be a finite number >= 0, got {self.tolerance}")
         if not 0 < self.target_accuracy <= 1:
@@ -123,8 +129,9 @@ class CompareConfig:
         if not (math.isfinite(self.target_ci) and 0 <= self.target_ci <= MAX_TARGET_CI):
             raise ConfigError(f"--target-ci is a half-width in percent from 0 to {MAX_TARGET_CI:g}, e.g. 5 for ±5 %; "
                               f"got {self.target_ci}")
-        if not (math.isfinite(self.budget_min) and self.budget_min > 0):
-            raise ConfigError(f"--budget-min must be a positive number of minutes, got {self.budget_min}")
+        if not (math.isfinite(self.budget_min) and 0 < self.budget_min <= MAX_BUDGET_MIN):
+            raise ConfigError(f"--budget-min must be a positive number of minutes up to {MAX_BUDGET_MIN:g} (a week), "
+                              f"got {self.budget_min}")
         if self.target_ci and set(self.backend_names) != set(BACKENDS):
             raise ConfigError("--target-ci sizes native ÷ Horovod; pass --backends native,horovod")
         if self.target_ci and self.repeats < 3:

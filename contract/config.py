@@ -26,6 +26,11 @@ MAX_MODEL_WIDTH = 64
 MAX_SEED = 2**32 - 1
 MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 512
 MAX_CLASSES = 100_000
+UPPER_BOUNDS = {"epochs": 10_000, "batch_size": 65_536, "workers": 4096, "grad_accumulation": 4096,
+                "threads_per_worker": 1024, "bucket_mb": 4096.0, "cycle_time_ms": 1000.0, "stall_timeout_s": 86_400.0,
+                "warmup_steps": 1_000_000, "max_steps_per_epoch": 100_000_000}
+"""The largest value of each numeric flag a user could mean (a fusion buffer of 4 GiB, a cycle of a second, a stall
+bound of a day); beyond them a run would fail late (Horovod aborts allocating a 1e9 MiB fusion buffer) or hang."""
 
 
 class ConfigError(ValueError):
@@ -156,6 +161,9 @@ class TrainConfig:
         for name in ("warmup_steps", "max_steps_per_epoch", "stall_timeout_s", "bucket_mb", "cycle_time_ms"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
+        for name, bound in UPPER_BOUNDS.items():
+            if getattr(self, name) > bound:
+                raise ConfigError(f"{_flag(name)} must be at most {bound:g}, got {getattr(self, name):g}")
         for name in ("output_dir", "data_dir"):
             require_path(getattr(self, name), _flag(name))
         if not self.lr > 0:

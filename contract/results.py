@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -52,8 +54,33 @@ def environment() -> dict[str, Any]:
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        **_gpus(torch),
         "hostname": platform.node(),
     }
+
+
+def _gpus(torch) -> dict[str, Any]:
+    """Beside the GPU's model: how many, the driver, CUDA and NCCL; nothing where torch sees no GPU."""
+    if not torch.cuda.is_available():
+        return {}
+    try:
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    except (AttributeError, RuntimeError, TypeError):  # a torch built without NCCL
+        nccl = None
+    return {"gpu_count": torch.cuda.device_count(), "gpu_driver": _driver_version(), "cuda": torch.version.cuda,
+            "nccl": nccl}
+
+
+def _driver_version() -> str | None:
+    """The NVIDIA driver's version as nvidia-smi reports it (torch does not say)."""
+    if not (smi := shutil.which("nvidia-smi")):
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out[0] if out else None
 
 
 def build(*, backend: str, launcher: str, workers: int, cfg: TrainConfig, history: History,

@@ -134,8 +134,11 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
                       loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], scaler=amp_scaler(cfg),
                       tools=tools.for_rank(ctx.rank, tracer, watchdog))
     save = checkpoint.directory_saver(ctx.rank, cfg.checkpoint_dir, cfg, "horovod", launcher)
+    # Horovod: GPU tensors go over NCCL where it was built with it, CPU tensors over Gloo.
+    averaged_by = "NCCL" if ctx.device.type == "cuda" and hvd.nccl_built() else "Gloo"
     return train_and_report(trainer, backend="horovod", launcher=launcher, history=history, restarts=restarts,
-                            on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer))
+                            on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer),
+                            averaged_by=averaged_by)
 
 
 def lost_peer(error: BaseException) -> bool:

@@ -7,9 +7,10 @@ python -m ray_jobs.train --backend horovod.
 """
 
 import argparse
+import os
 
 from contract import options
-from runtime import cli, flags, preflight, run_folder
+from runtime import cli, flags, gpus, preflight, run_folder
 from workload import data
 
 # torch and Horovod are imported by the worker once the flags are good: --help and a refused flag answer at once.
@@ -28,6 +29,7 @@ def main() -> int:
     output_dir = run_folder.resolve(args.output_dir, "horovod", "horovodrun")
     cfg = flags.from_args(args, output_dir=output_dir).with_absolute_paths()
     preflight.check_config(cfg)  # again with the world size once Horovod is up
+    gpus.check(cfg.use_gpu, int(os.environ.get("HOROVOD_LOCAL_SIZE", "1")), horovod=True)  # horovodrun sets it
     data.check_known(cfg)  # data of a known size: refused before the group forms
     run_folder.announce(args.output_dir, output_dir)
     from horovod_ddp.worker import run_horovodrun

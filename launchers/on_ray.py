@@ -15,7 +15,7 @@ from contract.config import ConfigError, TrainConfig
 from contract.errors import PeerLost
 from contract.options import check as check_options
 from launchers.ray_failures import RayRunOptions, run_checkpoints, user_error, worker_failure
-from runtime import heartbeats, preflight
+from runtime import gpus, heartbeats, preflight
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,8 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
     resume = None if retry_only else _resume_state(backend, cfg, options)
     address = check_address()
     check_local_capacity(cfg.workers, cfg.use_gpu)
+    if cfg.use_gpu and backend == "horovod":
+        gpus.check_horovod_nccl()
     cfg = data.resolve(cfg)
     if resume:
         state, where = resume

@@ -123,4 +123,5 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
     return train_and_report(
         trainer, backend="native", launcher=launcher, history=history, restarts=restarts,
         on_epoch_end=lambda epoch, history: save_checkpoint(epoch, history, model, optimizer),
+        averaged_by="NCCL" if dist.get_backend() == "nccl" else "Gloo",  # DDP: the process group's
     )

@@ -19,7 +19,7 @@ from typing import Any
 
 from contract import options
 from contract.errors import SPAWNED_ENV
-from runtime import cli, flags, launch, preflight, run_folder, signals
+from runtime import cli, flags, gpus, launch, preflight, run_folder, signals
 from workload import data
 
 LAUNCHER = "mp.spawn"
@@ -45,6 +45,7 @@ def main() -> int:
     output_dir = run_folder.resolve(args.output_dir, "native", LAUNCHER)
     cfg = flags.from_args(args, output_dir=output_dir).with_absolute_paths()
     preflight.check_config(cfg)
+    gpus.check(cfg.use_gpu, cfg.workers, horovod=False)
     if cfg.checkpoint_dir:  # a checkpoint of another run is refused before any data is made, as torchrun's ranks do
         from workload.run import resume_state
 

@@ -11,7 +11,7 @@ import os
 
 from contract import options
 from contract.config import ConfigError
-from runtime import cli, flags, preflight, run_folder
+from runtime import cli, flags, gpus, preflight, run_folder
 from workload import data
 
 # torch is imported by the worker once the flags are good: --help and a refused flag answer at once.
@@ -40,6 +40,7 @@ def main() -> int:
                           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone (or --rdzv-backend c10d "
                           "--rdzv-endpoint HOST:PORT) ... (README: Workers that die)")
     preflight.check_config(cfg)  # again with the world size once the group exists
+    gpus.check(cfg.use_gpu, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), horovod=False)
     data.check_known(cfg)  # data of a known size: refused before the group forms
     run_folder.announce(args.output_dir, output_dir)
     from native_ddp.worker import run_launched

@@ -18,7 +18,7 @@ from typing import Any
 from analysis import report, tuning
 from contract.comparison import LISTS as OPTIONS
 from contract.comparison import CompareConfig
-from contract.config import BACKENDS, COMPRESSIONS, ConfigError, TrainConfig
+from contract.config import AMP, BACKENDS, COMPRESSIONS, ConfigError, TrainConfig
 from ray_jobs import orchestrator
 from runtime import flags, space
 
@@ -36,12 +36,16 @@ def settings(args: CompareConfig) -> list[dict[str, Any]]:
                                         for part in args.bucket_mb.split(",")])
     widths = _distinct("--model-width", [_width(part) for part in args.model_width.split(",")])
     names = _distinct("--model", [part.strip() for part in args.model.split(",")])
+    amps = _distinct("--amp", [part.strip() for part in args.amp.split(",")])
+    for name in amps:
+        if name not in AMP:
+            raise ConfigError(f"--amp takes values from {', '.join(AMP)}, got {name!r}")
     cycles = _distinct("--cycle-time-ms", [_size("--cycle-time-ms", part, "times in ms")
                                            for part in args.cycle_time_ms.split(",")])
     views = _distinct("--gradient-as-bucket-view", [_switch(part) for part in args.gradient_as_bucket_view.split(",")])
-    return [{"model": m, "compression": c, "bucket_mb": b, "model_width": w, "cycle_time_ms": t,
-             "gradient_as_bucket_view": v} for m, c, b, w, t, v in product(names, compressions, buckets, widths,
-                                                                            cycles, views)]
+    return [{"model": m, "amp": a, "compression": c, "bucket_mb": b, "model_width": w, "cycle_time_ms": t,
+             "gradient_as_bucket_view": v} for m, a, c, b, w, t, v in product(names, amps, compressions, buckets,
+                                                                               widths, cycles, views)]
 
 
 def with_model_defaults(args: argparse.Namespace, setting: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +88,8 @@ def _distinct(flag: str, values: list) -> list:
 
 def label(setting: dict[str, Any], varied: list[str]) -> str:
     """The setting's folder name, from the options the grid varies: `compression-fp16_bucket-mb-0.01`."""
-    return "_".join(f"{name.replace('_', '-')}-{_word(setting[name])}" for name in varied)
+    named = "_".join(f"{name.replace('_', '-')}-{_word(setting[name])}" for name in varied)
+    return named or f"model-{_word(setting['model'])}"  # a grid of one setting
 
 
 def _word(value: Any) -> str:

@@ -29,7 +29,7 @@ from launchers import arms
 from launchers.arms import Arm
 from launchers.ray_failures import user_error
 from ray_jobs import progress
-from runtime import logs, preflight, space
+from runtime import gpus, logs, preflight, space
 from workload import data, tracing
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ DEFAULT_EPOCHS = 2
 RUN_KEYS = ("epochs", "final", "step_losses", "peak_rss_mb_per_worker", "parameters_identical_across_ranks",
             "buffers_identical_across_ranks", "parameters_sha256", "options", "phases", "end_to_end_s", "eval_time_s",
             "checkpoint_time_s", "placement", "model", "overlap", "cpu_s_per_1k_samples", "peak_rss_bytes",
-            "machine_load")
+            "machine_load", "averaged_by", "buffers_averaged")
 OUTPUT = "output.log"
 """Each run's own lines (its epochs, its workers' lines on Ray), kept in its folder rather than printed."""
 ARTIFACTS = ("trace-rank*.json", tracing.TIMELINE, options.AUTOTUNE_LOG)
@@ -92,6 +92,11 @@ def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool 
     backends, launchers, workers = list(cmp.backend_names), list(cmp.launcher_names), list(cmp.worker_counts)
     check_options(base, backends)
     arms.check_available(launchers, backends)
+    if base.use_gpu:
+        if any(launcher != "ray" for launcher in launchers):
+            gpus.check_ranks(max(workers))  # torchrun, mp.spawn, horovodrun start every rank here; Ray's: below
+        if "horovod" in backends:
+            gpus.check_horovod_nccl()
     # Checked (and the dataset resolved) at the most workers: they make the shortest epochs.
     base = replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths()
     preflight.check_config(base)

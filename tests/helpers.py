@@ -13,6 +13,7 @@ import horovod_ddp.train
 import native_ddp.spawn
 import native_ddp.train
 import ray_jobs.compare
+import ray_jobs.gpu_check
 import ray_jobs.train
 from contract.config import TrainConfig
 from runtime.launch import free_port
@@ -96,6 +97,7 @@ ENTRY_POINTS = {
     "horovod_ddp.train": horovod_ddp.train.main,
     "native_ddp.train": native_ddp.train.main,  # as torchrun starts it (LOCAL_RANK set)
     "native_ddp.spawn": native_ddp.spawn.main,
+    "ray_jobs.gpu_check": ray_jobs.gpu_check.main,
 }
 SYNTHETIC = ["--dataset", "synthetic"]
 

@@ -135,6 +135,11 @@ TABLE = [
     case("ray_jobs.train", ["--stall-timeout-s", "inf"], "--stall-timeout-s must be a finite number"),
     case("ray_jobs.train", ["--lr", "fast"], "invalid float value: 'fast'"),
     case("ray_jobs.train", ["--max-failures", "-1"], "--max-failures must be >= 0"),
+    # Upper bounds a user could mean: beyond them Horovod aborts allocating its fusion buffer, or its cycle stalls.
+    case("ray_jobs.train", ["--backend", "horovod", "--bucket-mb", "1e9"], "--bucket-mb must be at most 4096"),
+    case("ray_jobs.train", ["--backend", "horovod", "--cycle-time-ms", "1e9"], "--cycle-time-ms must be at most 1000"),
+    case("ray_jobs.compare", ["--bucket-mb", "25,1e9"], "--bucket-mb must be at most 4096"),
+    case("horovod_ddp.train", ["--epochs", "1000000"], "--epochs must be at most 10000"),
     # Options one framework lacks are refused by the other's runs, never ignored; fp16 autocast needs a GPU.
     case("ray_jobs.train", ["--cycle-time-ms", "5"], "--cycle-time-ms is a Horovod option, not applicable to DDP; "
                                                      "use --backend horovod"),
@@ -277,6 +282,18 @@ TABLE = [
     case("native_ddp.spawn", ["--output-dir", "{ws}/a-file"], "is a file, not a folder"),
     case("native_ddp.spawn", [*SYNTHETIC, "--workers", "2", "--synthetic-train-size", "150"],
          "leaves no step after --warmup-steps"),
+
+    # --use-gpu: a GPU per rank on this host, and a Horovod whose GPU collectives are NCCL's (this one is Gloo's).
+    case("native_ddp.train", ["--use-gpu"], "1 rank(s) on this host need 1 GPU(s), and torch sees 0 here"),
+    case("native_ddp.spawn", ["--use-gpu", "--workers", "2"], "2 rank(s) on this host need 2 GPU(s)"),
+    case("horovod_ddp.train", ["--use-gpu"], "--use-gpu gives every rank a GPU of its own"),
+    case("ray_jobs.compare", ["--use-gpu", "--launchers", "torchrun"], "2 rank(s) on this host need 2 GPU(s)"),
+    case("horovod_ddp.train", ["--use-gpu"], "this Horovod was built without NCCL", env="fake-gpus"),
+    case("ray_jobs.train", ["--backend", "horovod", "--use-gpu"], "this Horovod was built without NCCL",
+         env="fake-gpus"),
+    case("ray_jobs.compare", ["--use-gpu"], "this Horovod was built without NCCL", env="fake-gpus"),
+    case("ray_jobs.gpu_check", [], "torch sees none here (torch.cuda.device_count() is 0)"),
+    case("ray_jobs.gpu_check", ["--sdist", "{ws}/nowhere.tar.gz"], "name Horovod 0.28.1's sdist", env="fake-gpus"),
 ]
 
 
@@ -291,6 +308,8 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
         monkeypatch.setenv("RAY_ADDRESS", "ray://127.0.0.1:10001")
     elif env == "closed-port":
         monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")
+    elif env == "fake-gpus":  # the GPU check passes; what --use-gpu asks beyond it is checked
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     elif env == "no-horovodrun":
         monkeypatch.setattr(arms, "_executable", lambda name: None)
     elif env == "no-recorded-cluster":  # whatever other tests left in /tmp/ray: this run would start its own Ray

@@ -51,6 +51,7 @@ def test_a_small_comparison_writes_every_artifact(comparison_dir):
         assert len({p["node_id"] for p in doc["placement"]}) == 1 and doc["placement"][0]["node_ip"]
         assert all(p["cores"] for p in doc["placement"])  # unpinned by default: every core the rank may use
         assert run["placement"] == doc["placement"] and "network" not in doc
+        assert run["averaged_by"] == (None if run["launcher"] == "local" else "Gloo")  # CPU tensors: Gloo, both
         assert all("link" not in e for e in doc["epochs"])  # no interface named: loopback, nothing to count
         load = run["machine_load"]  # what else used the host while it measured, beside its own ranks' CPU time
         assert load["cores"] >= 1 and load["wall_s"] > 0 and 0 <= load["steal_share"] <= load["busy_share"], load
@@ -197,3 +198,9 @@ def test_an_image_model_trains_the_same_under_both_backends_and_is_measured(imag
     for needle in ("Model **resnet18**", "| overlap |", "**CPU cost: ", "final parameters, horovod vs reference: "
                    "bit-identical"):
         assert needle in markdown, needle
+    # The same parameters evaluate the same: Horovod's and the reference's BatchNorm buffers, each worker's own in
+    # training, averaged over the 2 workers before evaluation (DDP's follow rank 0's batches: its gap is said).
+    assert by_arm["horovod"]["final"] == {**by_arm["reference"]["final"],
+                                          "wall_time_s": by_arm["horovod"]["final"]["wall_time_s"]}
+    assert all(by_arm[arm]["buffers_averaged"] for arm in ("native", "horovod", "reference"))
+    assert "test accuracy, buffers averaged before evaluation, horovod vs reference: " in markdown

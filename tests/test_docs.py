@@ -43,8 +43,8 @@ def commands(block: str) -> list[str]:
 
 
 EVERY = [(page, command) for page, block in blocks() for command in commands(block)]
-OTHER_PROGRAMS = {"export", "ray", "tensorboard", ".venv/bin/tensorboard"}
-"""Commands of other programs, whose flags are theirs: a user's shell, Ray's CLI, TensorBoard."""
+OTHER_PROGRAMS = {"export", "ray", "tensorboard", ".venv/bin/tensorboard", "pip"}
+"""Commands of other programs, whose flags are theirs: a user's shell, Ray's CLI, TensorBoard, pip."""
 PLACEHOLDER = re.compile(r"<[^>]+>|\.\.\.|…")
 
 
@@ -73,6 +73,9 @@ TRAINING = ("ray_jobs.train", "native_ddp.train", "horovod_ddp.train", "native_d
 def parse(module: str, argv: list[str]) -> None:
     """`argv` through `module`'s own parser, then the typed configs its flags build (their checks)."""
     loaded = importlib.import_module(module) if not module.endswith(".py") else _script(REPO / module)
+    if module == "ray_jobs.gpu_check":  # its own flags, then compare's
+        _, rest = loaded.parser().parse_known_args(argv)
+        return parse("ray_jobs.compare", loaded.arguments(1, rest))
     args = loaded.parser().parse_args(argv)
     if module == "ray_jobs.compare":
         loaded.configs(args)
@@ -95,11 +98,13 @@ MAKE_TARGETS = set(re.findall(r"^([a-z-]+):", (REPO / "Makefile").read_text(), r
 @pytest.mark.parametrize("page, command", EVERY, ids=[f"{p}: {c[:60]}" for p, c in EVERY])
 def test_every_command_a_user_would_paste_stands_as_written(page, command, monkeypatch):
     words = shlex.split(command)
+    while re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VARIABLE=value before the command: its environment
+        words = words[1:]
     if words[0] == "make":
         assert words[1] in MAKE_TARGETS, f"{page}: make {words[1]} is no target of the Makefile"
         given = next((w.split("=", 1)[1] for w in words[2:] if w.startswith("ARGS=")), "")
         if given:
-            parse("ray_jobs.compare", shlex.split(given))
+            parse("ray_jobs.gpu_check" if words[1] == "gpu-check" else "ray_jobs.compare", shlex.split(given))
         return
     found = entry_point(words)
     if found is None:

@@ -263,3 +263,25 @@ def test_every_run_writes_tensorboard_scalars_and_files_as_the_umask_says(cfg, t
                                                      (16, pytest.approx(doc["epochs"][1]["test_accuracy"]))]
     assert stat.S_IMODE((out / results.FILENAME).stat().st_mode) == 0o640
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o640 for p in out.glob("events.out.tfevents.*"))
+
+
+def test_the_reference_keeps_each_simulated_worker_s_batchnorm_buffers_and_averages_them_before_evaluating(cfg,
+                                                                                                          tmp_path):
+    """As each rank does: a worker's forward updates its own running statistics, and before an evaluation they are
+    averaged over the workers (timm's distribute_bn), so the reference evaluates as Horovod's averaged ranks do."""
+    cfg = data.resolve(replace(cfg, model="tests.tiny_models:tiny", image_size=16, workers=2, batch_size=4,
+                               data_dir=str(tmp_path), synthetic_train_size=64, synthetic_test_size=8, warmup_steps=1))
+    ctx, splits = DistContext(0, 1, 0, torch.device("cpu"), lambda t, op: t.clone()), data.load(cfg)
+    model = build_model(cfg, ctx.device)
+    optimizer = build_optimizer(model, cfg, 2)
+    trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer, splits=splits,
+                      sync=EmulatedSync(model, optimizer, "none", "native"),
+                      loaders=[shard_loader(splits, cfg, rank, 2) for rank in range(2)])
+    groups = trainer._micro_batches(next(zip(*trainer.loaders)))
+    trainer.train_step(groups)
+    first, second = trainer.worker_buffers
+    assert not torch.equal(first, second)  # each worker saw its own batch
+    trainer.average_buffers()
+    bn = trainer.module[1]
+    assert torch.equal(torch.cat([bn.running_mean, bn.running_var]), (first + second) / 2)
+    assert all(torch.equal(w, (first + second) / 2) for w in trainer.worker_buffers)

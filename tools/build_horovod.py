@@ -1,13 +1,21 @@
-"""Install Horovod with PyTorch and Gloo into this environment, building the official sdist once per machine.
+"""Install Horovod with PyTorch and Gloo into this environment, building the official sdist once per machine; with
+NCCL for GPU tensors where a CUDA toolkit, NCCL and GPUs (or a list of their compute capabilities) are found.
 
 Horovod 0.28.1 (the latest release) compiles as C++14, but PyTorch's headers need C++17 (torch 2.1-2.13) or
-C++20 (torch >= 2.14). This script takes the official sdist from the package index, raises the C++ standard
-in its CMake files (upstream fix #3998, never released), builds a wheel and caches it outside the clone, keyed
-by Horovod, torch and Python versions, so a later clone on the same machine installs it in seconds.
+C++20 (torch >= 2.14). This script takes the official sdist from the package index (or the one `--sdist` or
+HOROVOD_SDIST names), raises the C++ standard in its CMake files (upstream fix #3998, never released), builds a wheel
+and caches it outside the clone, keyed by Horovod, torch and Python versions (and CUDA, NCCL and the compute
+capabilities for a GPU build), so a later clone on the same machine installs it in seconds.
 
-Run it with the interpreter of the environment to install into: `.venv/bin/python tools/build_horovod.py`.
+    .venv/bin/python tools/build_horovod.py                      # into this environment
+    python3 tools/build_horovod.py --sdist horovod-0.28.1.tar.gz --target /tmp/hvd   # offline, into a folder
+
+The GPU build (HOROVOD_GPU_OPERATIONS=NCCL, Gloo kept for CPU tensors) needs nvcc (CUDA_HOME, /usr/local/cuda or
+PATH), NCCL (NCCL_HOME, or the nvidia-nccl wheel torch brings) and the GPUs' compute capabilities (those torch sees,
+or HOROVOD_BUILD_CUDA_CC_LIST=90,...); without any of them it builds as on a CPU machine and says which was missing.
 """
 
+import argparse
 import os
 import re
 import shutil
@@ -16,34 +24,155 @@ import sys
 import sysconfig
 import tarfile
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HOROVOD_VERSION = "0.28.1"
 
 
-def main() -> int:
-    if horovod_ready():
-        print(f"horovod {HOROVOD_VERSION} with PyTorch and Gloo is already installed")
-        return 0
+@dataclass(frozen=True, slots=True)
+class Nccl:
+    include: Path
+    """The folder holding nccl.h."""
+    lib: Path
+    """The folder holding libnccl.so (or only libnccl.so.2, as the nvidia-nccl wheel ships it)."""
+    version: str
+    """From nccl.h, e.g. 2.30.7."""
+
+
+@dataclass(frozen=True, slots=True)
+class Build:
+    """What to build: Gloo alone, or NCCL for GPU tensors beside it; and why."""
+
+    gpu: bool
+    why: str
+    cuda_home: str | None = None
+    cuda_version: str | None = None
+    nccl: Nccl | None = None
+    capabilities: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    """Horovod's build variables on top of the CPU build's."""
+
+    def cache_name(self, torch_version: str) -> str:
+        python = f"py{sys.version_info[0]}.{sys.version_info[1]}"
+        if not self.gpu:
+            return f"horovod-{HOROVOD_VERSION}-torch-{torch_version}-{python}"
+        return (f"horovod-{HOROVOD_VERSION}-torch-{torch_version}-cuda-{self.cuda_version}-nccl-{self.nccl.version}"
+                f"-sm{'.'.join(self.capabilities)}-{python}")
+
+
+def choose(cuda_home: str | None, nvcc: bool, nccl: Nccl | None, capabilities: list[str],
+           cuda_version: str | None = None) -> Build:
+    """The build for what was found: NCCL only with a toolkit that has nvcc, NCCL itself, and compute capabilities
+    to compile its kernels for; otherwise Gloo alone, with the first thing missing named."""
+    if not capabilities:
+        return Build(False, "no GPU seen and HOROVOD_BUILD_CUDA_CC_LIST unset: Gloo alone")
+    if not (cuda_home and nvcc):
+        return Build(False, "GPUs seen but no CUDA toolkit with nvcc (set CUDA_HOME): Gloo alone, so --use-gpu will "
+                            "refuse Horovod")
+    if nccl is None:
+        return Build(False, "GPUs and a CUDA toolkit seen but no NCCL (set NCCL_HOME, or install the nvidia-nccl "
+                            "wheel): Gloo alone, so --use-gpu will refuse Horovod")
+    caps = tuple(sorted(set(capabilities), key=int))
+    env = {"HOROVOD_GPU": "CUDA", "HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_CPU_OPERATIONS": "GLOO",
+           "HOROVOD_CUDA_HOME": cuda_home, "HOROVOD_BUILD_CUDA_CC_LIST": ",".join(caps),
+           "HOROVOD_NCCL_LINK": "SHARED", "HOROVOD_NCCL_INCLUDE": str(nccl.include),
+           "HOROVOD_NCCL_LIB": str(nccl.lib)}
+    return Build(True, f"NCCL {nccl.version} for GPU tensors (CUDA {cuda_version}, compute capabilities "
+                       f"{', '.join(caps)}), Gloo for CPU tensors", cuda_home, cuda_version, nccl, caps, env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    sdist = args.sdist or os.environ.get("HOROVOD_SDIST") or None
+    if sdist and not Path(sdist).is_file():
+        print(f"error: the Horovod sdist {sdist} is not a file; name horovod-{HOROVOD_VERSION}.tar.gz",
+              file=sys.stderr)
+        return 2
     import torch
 
-    torch_version = torch.__version__
-    cache = wheel_cache() / f"horovod-{HOROVOD_VERSION}-torch-{torch_version}-py{sys.version_info[0]}.{sys.version_info[1]}"
+    build = find_build(torch)
+    if horovod_ready(build.gpu, args.target):
+        print(f"horovod {HOROVOD_VERSION} with PyTorch and {'NCCL and ' if build.gpu else ''}Gloo is already "
+              "installed")
+        return 0
+    print(f"horovod {HOROVOD_VERSION}: {build.why}", flush=True)
+    cache = wheel_cache() / build.cache_name(torch.__version__)
     wheels = sorted(cache.glob("horovod-*.whl"))
     if not wheels:
-        wheels = [build_wheel(torch_version, cache)]
-    pip("install", "--no-deps", "--force-reinstall", str(wheels[0]))
-    if not horovod_ready():
-        print("error: the installed Horovod lacks PyTorch or Gloo support; delete " + str(cache) + " and rerun",
-              file=sys.stderr)
+        wheels = [build_wheel(torch.__version__, cache, build, sdist)]
+    into = ["--target", args.target, "--upgrade"] if args.target else []
+    pip("install", "--no-deps", "--force-reinstall", "--no-index", *into, str(wheels[0]))
+    if not horovod_ready(build.gpu, args.target):
+        print(f"error: the installed Horovod lacks PyTorch, Gloo{' or NCCL' if build.gpu else ''} support; delete "
+              f"{cache} and rerun", file=sys.stderr)
         return 1
     return 0
 
 
-def horovod_ready() -> bool:
-    """True when horovod.torch imports and was built with Gloo (what horovodrun --check-build reports)."""
-    code = "import horovod.torch as hvd; raise SystemExit(0 if hvd.gloo_built() else 1)"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+def parser() -> argparse.ArgumentParser:
+    out = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    out.add_argument("--sdist", help=f"horovod-{HOROVOD_VERSION}.tar.gz to build (default: $HOROVOD_SDIST, else "
+                                     "downloaded from the package index)")
+    out.add_argument("--target", help="install into this folder (pip --target; its bin/ holds horovodrun) instead "
+                                      "of this environment")
+    return out
+
+
+def find_build(torch) -> Build:
+    """What this machine allows: the toolkit, NCCL and the compute capabilities, looked up."""
+    cuda_home = os.environ.get("CUDA_HOME") or find_cuda_home()
+    nvcc = bool(cuda_home) and (Path(cuda_home) / "bin" / "nvcc").exists()
+    return choose(cuda_home, nvcc, find_nccl(), capabilities(torch),
+                  nvcc_version(Path(cuda_home) / "bin" / "nvcc") if nvcc else None)
+
+
+def capabilities(torch) -> list[str]:
+    """HOROVOD_BUILD_CUDA_CC_LIST (e.g. 80,90) where given, else the compute capability of every GPU torch sees."""
+    given = os.environ.get("HOROVOD_BUILD_CUDA_CC_LIST", "").strip()
+    if given:
+        return [part.strip() for part in given.split(",") if part.strip()]
+    if not torch.cuda.is_available():
+        return []
+    return [f"{major}{minor}" for major, minor in (torch.cuda.get_device_capability(i)
+                                                   for i in range(torch.cuda.device_count()))]
+
+
+def find_nccl(env: dict[str, str] | None = None, purelib: str | None = None) -> Nccl | None:
+    """NCCL_HOME's include/ and lib/, else the nvidia-nccl wheel's (nvidia/nccl in site-packages)."""
+    env = os.environ if env is None else env
+    homes = [Path(env["NCCL_HOME"])] if env.get("NCCL_HOME") else []
+    homes.append(Path(purelib or sysconfig.get_path("purelib"), "nvidia", "nccl"))
+    for home in homes:
+        header, lib = home / "include" / "nccl.h", home / "lib"
+        if header.is_file() and any(lib.glob("libnccl.so*")) and (version := nccl_version(header)):
+            return Nccl(home / "include", lib, version)
+    return None
+
+
+def nccl_version(header: Path) -> str | None:
+    text = header.read_text(errors="replace")
+    parts = [re.search(rf"^#define NCCL_{name}\s+(\d+)", text, re.M) for name in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(part.group(1) for part in parts) if all(parts) else None
+
+
+def nvcc_version(nvcc: Path) -> str | None:
+    """`release 13.0` in nvcc --version, as 13.0."""
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"release (\d+\.\d+)", out)
+    return found.group(1) if found else None
+
+
+def horovod_ready(gpu: bool = False, target: str | None = None) -> bool:
+    """True when horovod.torch imports and was built with Gloo, and with NCCL for a GPU build (what horovodrun
+    --check-build reports)."""
+    code = ("import horovod.torch as hvd; "
+            f"raise SystemExit(0 if hvd.gloo_built() and ({not gpu} or hvd.nccl_built()) else 1)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [target, os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, env=env).returncode == 0
 
 
 def wheel_cache() -> Path:
@@ -57,18 +186,24 @@ def cxx_standard(torch_version: str) -> int:
     return 20 if (major, minor) >= (2, 14) else 17
 
 
-def build_wheel(torch_version: str, cache: Path) -> Path:
+def build_wheel(torch_version: str, cache: Path, build: Build, sdist: str | None = None) -> Path:
     standard = cxx_standard(torch_version)
     print(f"building horovod {HOROVOD_VERSION} against torch {torch_version} as C++{standard} "
           "(a few minutes on 2 cores, once per machine)", flush=True)
     with tempfile.TemporaryDirectory(prefix="horovod-build-") as tmp:
         work = Path(tmp)
-        pip("download", "--no-deps", "--no-binary", ":all:", f"horovod=={HOROVOD_VERSION}", "-d", str(work))
-        with tarfile.open(next(work.glob("horovod-*.tar.gz"))) as sdist:
-            sdist.extractall(work, filter="data")
+        if sdist:
+            shutil.copy(sdist, work)
+        else:
+            pip("download", "--no-deps", "--no-binary", ":all:", f"horovod=={HOROVOD_VERSION}", "-d", str(work))
+        with tarfile.open(next(work.glob("horovod-*.tar.gz"))) as archive:
+            archive.extractall(work, filter="data")
         source = work / f"horovod-{HOROVOD_VERSION}"
-        patch_cxx_standard(source, standard)
-        pip("wheel", "--no-build-isolation", "--no-deps", "-w", str(work / "dist"), str(source), env=build_env())
+        patch_cxx_standard(source, standard, build.gpu)
+        env = build_env()
+        if build.gpu:
+            env.update(build.env, HOROVOD_NCCL_LIB=str(linkable_nccl(build.nccl, work)))
+        pip("wheel", "--no-build-isolation", "--no-deps", "-w", str(work / "dist"), str(source), env=env)
         built = next((work / "dist").glob("horovod-*.whl"))
         cache.mkdir(parents=True, exist_ok=True)
         # Copy then rename, so a concurrent or interrupted build never leaves a half-written wheel in the cache.
@@ -78,7 +213,18 @@ def build_wheel(torch_version: str, cache: Path) -> Path:
     return cache / built.name
 
 
-def patch_cxx_standard(source: Path, standard: int) -> None:
+def linkable_nccl(nccl: Nccl, work: Path) -> Path:
+    """A folder with libnccl.so for the linker: the nvidia-nccl wheel ships only libnccl.so.2, which torch loads
+    first at run time."""
+    if (nccl.lib / "libnccl.so").exists():
+        return nccl.lib
+    shim = work / "nccl-lib"
+    shim.mkdir()
+    (shim / "libnccl.so").symlink_to(sorted(nccl.lib.glob("libnccl.so.*"))[0])
+    return shim
+
+
+def patch_cxx_standard(source: Path, standard: int, gpu: bool = False) -> None:
     replacements = {
         source / "CMakeLists.txt": [
             ("set(CMAKE_CXX_STANDARD 14)", f"set(CMAKE_CXX_STANDARD {standard})"),
@@ -88,6 +234,11 @@ def patch_cxx_standard(source: Path, standard: int) -> None:
             ("set(CMAKE_CXX_STANDARD 14)", f"set(CMAKE_CXX_STANDARD {standard})"),
         ],
     }
+    if gpu:
+        # Its CUDA kernels ask for C++11; CUDA 13's headers (CCCL) need C++17.
+        replacements[source / "horovod" / "common" / "ops" / "cuda" / "CMakeLists.txt"] = [
+            ("set(CMAKE_CUDA_STANDARD 11)", "set(CMAKE_CUDA_STANDARD 17)"),
+        ]
     for path, pairs in replacements.items():
         text = path.read_text()
         for old, new in pairs:

@@ -63,6 +63,8 @@ def resume_state(cfg: TrainConfig, backend: str, launcher: str) -> dict[str, Any
 
 
 def build_model(cfg: TrainConfig, device: torch.device) -> torch.nn.Module:
+    if device.type == "cuda":  # parity: every arm and the reference run the same deterministic cuDNN kernels
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     # The same seed on every rank gives the same initial weights before any broadcast.
     torch.manual_seed(cfg.seed)
     return model.build(cfg).to(device)
@@ -87,6 +89,7 @@ def train_and_report(
     history: History | None = None,
     restarts: int = 0,
     on_epoch_end: Callable[[int, History], None] = lambda epoch, history: None,
+    averaged_by: str | None = None,  # the library that averaged the gradients (NCCL, Gloo); None: one process
 ) -> dict[str, Any] | None:
     """Train the remaining epochs; rank 0 writes results.json and returns it, the other ranks return None."""
     history = history or History()
@@ -127,7 +130,7 @@ def train_and_report(
         history=history,
         wall_time_s=wall_time, extra={
             "model": model.describe(trainer.module, trainer.cfg),
-            "options": options.effective(trainer.cfg, backend),
+            "options": options.effective(trainer.cfg, backend), "averaged_by": averaged_by,
             "resumed_from_epoch": resumed_from, "restarts": restarts, **extra, "timestamps": stamps,
             # Provisional, from the command that started the workers; launchers that know better replace them.
             "phases": phases.phases(stamps, launch.launcher_started(), time.time()),

@@ -96,6 +96,9 @@ class Trainer:
     """The host's CPU counters and the time when this epoch's steady window began."""
     host: dict[str, float] | None = None
     """This host's CPU counters over the last epoch's steady window (workload/host_load.py)."""
+    worker_buffers: list[Tensor] = field(default_factory=list)
+    """The reference's simulated workers' BatchNorm buffers, one flat copy each: each worker's forward updates its
+    own, as each rank's does."""
 
     def fit(self, history: History, on_epoch_end: Callable[[int, History], None]) -> History:
         """Train the epochs `history` has not; `on_epoch_end(epoch, history)` checkpoints after each."""
@@ -133,6 +136,7 @@ class Trainer:
         self._check_finite(float(step_losses.sum()), epoch, steps)
         eval_start = time.perf_counter()
         self.tools.before_eval(epoch)
+        self.average_buffers()
         test_loss, test_accuracy = self.evaluate()
         # The last update of an epoch can break the weights after its loss was taken: the test loss shows it.
         self._check_finite(test_loss, epoch, steps)
@@ -189,7 +193,8 @@ class Trainer:
         """
         self.optimizer.zero_grad()
         losses = []
-        for group in groups:
+        for w, group in enumerate(groups):
+            self._own_buffers(w, len(groups))
             for i, (images, labels) in enumerate(group):
                 # All but the last micro-batch only accumulate: one average per step, as with one big batch.
                 with self.sync.no_sync() if i < len(group) - 1 else contextlib.nullcontext():
@@ -198,6 +203,8 @@ class Trainer:
                     scaled = loss / len(group)
                     (self.scaler.scale(scaled) if self.scaler else scaled).backward()
                 losses.append(loss.detach())
+            if self.worker_buffers:
+                self.worker_buffers[w] = _flat(self.module.buffers())
             self.sync.group_done()
         backward_end = self._now()
         sync_s = self.sync.wait(backward_end)
@@ -233,6 +240,31 @@ class Trainer:
         if not math.isfinite(loss):
             raise Diverged(f"training diverged: the loss became {loss} by epoch {epoch}, step {step} "
                            f"(--lr {self.cfg.lr}, --momentum {self.cfg.momentum}); lower --lr, no results were written")
+
+    def _own_buffers(self, worker: int, workers: int) -> None:
+        """In the reference, simulated worker `worker`'s BatchNorm buffers, before its forward passes."""
+        if workers < 2 or not _float_buffers(self.module.buffers()):
+            return
+        if not self.worker_buffers:
+            self.worker_buffers = [_flat(self.module.buffers()) for _ in range(workers)]
+        _unflat(self.worker_buffers[worker], self.module.buffers())
+
+    @torch.no_grad()
+    def average_buffers(self) -> None:
+        """BatchNorm's running statistics averaged across the ranks, or the reference's simulated workers, before an
+        evaluation (as timm's distribute_bn does): every arm then evaluates with the buffers of all its workers."""
+        flat = _flat(self.module.buffers())
+        if not flat.numel():
+            return
+        if self.worker_buffers:
+            total = self.worker_buffers[0].clone()
+            for other in self.worker_buffers[1:]:  # in rank order, as a 2-rank allreduce adds
+                total += other
+            mean = total / len(self.worker_buffers)
+            self.worker_buffers = [mean.clone() for _ in self.worker_buffers]
+        else:
+            mean = self.ctx.average(flat.cpu()).to(flat.dtype)
+        _unflat(mean, self.module.buffers())
 
     @torch.no_grad()
     def evaluate(self) -> tuple[float, float]:
@@ -273,6 +305,7 @@ class Trainer:
             "parameters_sha256": _sha256(self.module.parameters()).hexdigest(),
             "parameters_identical_across_ranks": self.ctx.same_on_all_ranks(_digest(self.module.parameters())),
             "buffers_identical_across_ranks": self.ctx.same_on_all_ranks(_digest(self.module.buffers())),
+            "buffers_averaged": True,  # before every evaluation (average_buffers)
             "peak_rss_mb_per_worker": [b / 2**20 for b in per_rank],
             "peak_rss_bytes": [int(b) for b in per_rank],
             "placement": placement.gather(self.ctx),
@@ -295,6 +328,22 @@ class Trainer:
             # Kernels run asynchronously: without this the clock would measure launches, not work.
             torch.cuda.synchronize(self.ctx.device)
         return time.perf_counter()
+
+
+def _float_buffers(buffers: Any) -> list[Tensor]:
+    return [b for b in buffers if b.is_floating_point()]  # running mean and variance; not the steps tracked
+
+
+def _flat(buffers: Any) -> Tensor:
+    found = _float_buffers(buffers)
+    return torch.cat([b.detach().flatten().float().cpu() for b in found]) if found else torch.zeros(0)
+
+
+def _unflat(flat: Tensor, buffers: Any) -> None:
+    start = 0
+    for b in _float_buffers(buffers):
+        b.copy_(flat[start : start + b.numel()].view_as(b))
+        start += b.numel()
 
 
 def _sha256(tensors: Any) -> "hashlib._Hash":

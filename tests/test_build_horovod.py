@@ -1,0 +1,94 @@
+"""tools/build_horovod.py's choice of build, without a GPU: the toolkit found or not, NCCL found or not, compute
+capabilities seen or given; and the wheel cache's key for each."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("build_horovod", REPO / "tools" / "build_horovod.py")
+build_horovod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build_horovod)
+
+NCCL_H = "#define NCCL_MAJOR 2\n#define NCCL_MINOR 30\n#define NCCL_PATCH 7\n#define NCCL_SUFFIX \"\"\n"
+
+
+def nccl_home(root: Path, libname: str = "libnccl.so.2") -> Path:
+    (root / "include").mkdir(parents=True)
+    (root / "include" / "nccl.h").write_text(NCCL_H)
+    (root / "lib").mkdir()
+    (root / "lib" / libname).write_bytes(b"")
+    return root
+
+
+def test_a_toolkit_nccl_and_a_gpu_build_nccl_for_those_capabilities_with_gloo_kept(tmp_path):
+    nccl = build_horovod.find_nccl({"NCCL_HOME": str(nccl_home(tmp_path / "nccl"))}, str(tmp_path / "none"))
+    build = build_horovod.choose("/usr/local/cuda", True, nccl, ["90", "80", "90"], "13.0")
+    assert build.gpu and build.env["HOROVOD_GPU_OPERATIONS"] == "NCCL"
+    assert build.env["HOROVOD_CPU_OPERATIONS"] == "GLOO"
+    assert build.env["HOROVOD_BUILD_CUDA_CC_LIST"] == "80,90" and build.env["HOROVOD_NCCL_LINK"] == "SHARED"
+    assert build.env["HOROVOD_CUDA_HOME"] == "/usr/local/cuda"
+    key = build.cache_name("2.11.0+cu130")
+    assert key.startswith("horovod-0.28.1-torch-2.11.0+cu130-cuda-13.0-nccl-2.30.7-sm80.90-py")
+
+
+@pytest.mark.parametrize("cuda_home, nvcc, with_nccl, caps, missing", [
+    (None, False, True, ["90"], "no CUDA toolkit with nvcc"),
+    ("/opt/cu13", False, True, ["90"], "no CUDA toolkit with nvcc"),
+    ("/usr/local/cuda", True, False, ["90"], "no NCCL"),
+    ("/usr/local/cuda", True, True, [], "no GPU seen and HOROVOD_BUILD_CUDA_CC_LIST unset"),
+])
+def test_anything_missing_builds_gloo_alone_under_todays_cache_key_and_says_what(tmp_path, cuda_home, nvcc, with_nccl,
+                                                                                 caps, missing):
+    nccl = build_horovod.find_nccl({"NCCL_HOME": str(nccl_home(tmp_path / "nccl"))}) if with_nccl else None
+    build = build_horovod.choose(cuda_home, nvcc, nccl, caps, "13.0")
+    assert not build.gpu and not build.env and missing in build.why
+    python = f"py{sys.version_info[0]}.{sys.version_info[1]}"
+    assert build.cache_name("2.15.0") == f"horovod-0.28.1-torch-2.15.0-{python}"
+
+
+def test_nccl_is_found_in_nccl_home_first_then_in_the_wheel_torch_brings(tmp_path):
+    wheel = nccl_home(tmp_path / "site" / "nvidia" / "nccl")
+    found = build_horovod.find_nccl({}, str(tmp_path / "site"))
+    assert (found.include, found.lib, found.version) == (wheel / "include", wheel / "lib", "2.30.7")
+    home = nccl_home(tmp_path / "home", "libnccl.so")
+    assert build_horovod.find_nccl({"NCCL_HOME": str(home)}, str(tmp_path / "site")).lib == home / "lib"
+    assert build_horovod.find_nccl({"NCCL_HOME": str(tmp_path / "nowhere")}, str(tmp_path / "empty")) is None
+
+
+def test_the_linker_gets_a_libnccl_so_where_the_wheel_ships_only_the_versioned_one(tmp_path):
+    nccl = build_horovod.find_nccl({"NCCL_HOME": str(nccl_home(tmp_path / "nccl"))})
+    shim = build_horovod.linkable_nccl(nccl, tmp_path)
+    assert (shim / "libnccl.so").resolve() == (tmp_path / "nccl" / "lib" / "libnccl.so.2").resolve()
+    home = nccl_home(tmp_path / "home", "libnccl.so")
+    assert build_horovod.linkable_nccl(build_horovod.find_nccl({"NCCL_HOME": str(home)}), tmp_path) == home / "lib"
+
+
+def test_given_capabilities_win_over_the_gpus_seen(monkeypatch):
+    class NoGpu:
+        class cuda:
+            is_available = staticmethod(lambda: False)
+
+    monkeypatch.setenv("HOROVOD_BUILD_CUDA_CC_LIST", "80, 90")
+    assert build_horovod.capabilities(NoGpu) == ["80", "90"]
+    monkeypatch.delenv("HOROVOD_BUILD_CUDA_CC_LIST")
+    assert build_horovod.capabilities(NoGpu) == []
+
+
+def test_the_gpu_build_raises_the_cuda_kernels_standard_too(tmp_path):
+    source = tmp_path / "horovod-0.28.1"
+    for path, text in {"CMakeLists.txt": 'set(CMAKE_CXX_STANDARD 14)\n"set(CMAKE_CXX_STANDARD 17)\\n"\n',
+                       "horovod/torch/CMakeLists.txt": "set(CMAKE_CXX_STANDARD 14)\n",
+                       "horovod/common/ops/cuda/CMakeLists.txt": "set(CMAKE_CUDA_STANDARD 11)\n"}.items():
+        (source / path).parent.mkdir(parents=True, exist_ok=True)
+        (source / path).write_text(text)
+    build_horovod.patch_cxx_standard(source, 20, gpu=True)
+    assert (source / "horovod/common/ops/cuda/CMakeLists.txt").read_text() == "set(CMAKE_CUDA_STANDARD 17)\n"
+    assert "CMAKE_CXX_STANDARD 20" in (source / "horovod/torch/CMakeLists.txt").read_text()
+
+
+def test_an_sdist_that_is_not_a_file_is_refused_in_one_line_before_torch(tmp_path, capsys):
+    assert build_horovod.main(["--sdist", str(tmp_path / "missing.tar.gz")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
