@@ -23,6 +23,11 @@ BN_NOTE = (
     "forward pass, Horovod once before training, so test loss and accuracy may differ slightly between the backends "
     "while their parameters agree; `buffers identical` says whether the ranks' buffers matched at the end "
     "(docs/measuring.md, \"BatchNorm buffers\").")
+DROPOUT_NOTE = (
+    "The network has dropout (a layer with p > 0): each process draws its own masks from its own random stream, and "
+    "the reference draws every simulated worker's from one, so the arms cannot compute the same step losses and this "
+    "verdict measures the masks, not the backends. For parity, build the network with p = 0 (docs/models.md).")
+
 ONE_RANK_NOTE = (
     "With 1 worker each backend runs one rank, so **no gradient averaging was measured**: an allreduce over one rank "
     "moves nothing between processes or GPUs. What this worker count does show is that both paths build, train and "
@@ -386,10 +391,17 @@ def setup_line(comparison: dict[str, Any]) -> str:
             f"{cfg['lr']} momentum {cfg['momentum']}, seed {cfg['seed']}, {cfg['threads_per_worker']} torch "
             "thread(s) per worker; the same initial weights and DistributedSampler shards in every run. Launchers: "
             f"{', '.join(s['launchers'])}; every arm ran {runs.rounds(comparison)} time(s) per worker count, the "
-            f"references once; {comparison['wall_time_s'] / 60:.1f} min in all. Python {env['python']}, torch "
+            f"references once{cut_text(s)}; {comparison['wall_time_s'] / 60:.1f} min in all. Python {env['python']}, torch "
             f"{env['torch']}, torchvision {env['torchvision']}, Ray {env['ray']}, Horovod {env['horovod']}; CPU "
             f"{env['cpu']} ({env['cpu_count']} cores); GPU {gpu_text(env)}; host {env['hostname']}."
             + averaged_by_text(comparison))
+
+
+def cut_text(settings: dict[str, Any]) -> str:
+    """Where --budget-min stopped the pilot before its --repeats rounds."""
+    cut = settings.get("pilot_cut")
+    return (f" (--budget-min stopped the pilot after {cut['rounds']} of {settings['repeats']} rounds at "
+            f"{cut['workers']} worker(s))" if cut else "")
 
 
 def gpu_text(env: dict[str, Any]) -> str:
@@ -454,6 +466,8 @@ def parity_lines(comparison: dict[str, Any], workers: int) -> list[str]:
     out = ["", f"**Parity: {verdict['verdict']}** — largest |step-loss difference| over the first "
                f"{verdict['steps']} steps, tolerance {verdict['tolerance']:g}"
                + (f" ({verdict['why']})" if verdict["why"] else "") + ":", ""]
+    if verdict["verdict"] != "PASS" and (comparison.get("model") or {}).get("dropout"):
+        out += [DROPOUT_NOTE, ""]
     explained = verdict.get("explained", {})
     for pair, diff in verdict["max_abs_step_loss_difference"].items():
         said = f" — explained: {explained[pair]}" if pair in explained else ""

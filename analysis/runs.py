@@ -48,8 +48,12 @@ def load(run_dir: str | Path) -> dict[str, Any]:
 
 
 def rounds(comparison: dict[str, Any]) -> int:
-    """The rounds the comparison ran: --repeats, or more where --target-ci added a second stage."""
-    return max([comparison["settings"]["repeats"], *(r["round"] + 1 for r in comparison["runs"])])
+    """The rounds the comparison ran: --repeats, more where --target-ci added a second stage, fewer where
+    --budget-min cut the pilot."""
+    ran = [r["round"] + 1 for r in comparison["runs"]]
+    if comparison["settings"].get("pilot_cut"):
+        return max(ran)
+    return max([comparison["settings"]["repeats"], *ran])
 
 
 def finished(comparison: dict[str, Any], workers: int) -> dict[str, list[dict[str, Any]]]:

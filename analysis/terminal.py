@@ -20,6 +20,9 @@ def summary(comparison: dict[str, Any], run_dir: Path) -> list[str]:
            f"{text.duration(comparison['wall_time_s'])}:"]
     for n in s["workers"]:
         out += [f"{n} worker(s):", *(f"  {line}" for line in per_workers(comparison, n))]
+    if cut := s.get("pilot_cut"):
+        out.append(f"--budget-min cut the pilot: {cut['rounds']} of {s['repeats']} round(s) ran at {cut['workers']} "
+                   "worker(s), and each verdict stands on those")
     failed = sum(r["status"] != "ok" for r in comparison["runs"])
     if failed:
         out.append(f"{failed} run(s) failed: the report's Failed runs says why")

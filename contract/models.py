@@ -86,3 +86,42 @@ def factory(name: str) -> Callable:
     if not callable(found):
         raise ValueError(f"--model {name}: {module_name} has no callable {attribute!r}")
     return found
+
+
+def check_network(name: str, num_classes: int, image_size: int) -> None:
+    """A user's factory called once on torch's meta device (no memory, no weights, no data), a batch of 2 images
+    through it and back: it must take num_classes, return an nn.Module whose output is 2 × num_classes logits, and
+    give every trainable parameter a gradient, as DDP requires; a ValueError naming the fix otherwise."""
+    import torch
+
+    make = factory(name)
+    try:
+        with torch.device("meta"):
+            network = make(num_classes=num_classes)
+    except Exception as error:  # noqa: BLE001 - whatever the user's factory raises
+        raise ValueError(f"--model {name}: calling it with num_classes={num_classes} raised {_said(error)}; it must "
+                         "take num_classes and return a torch.nn.Module") from None
+    if not isinstance(network, torch.nn.Module):
+        raise ValueError(f"--model {name} returned {type(network).__name__}, not a torch.nn.Module")
+    try:
+        with torch.device("meta"):
+            out = network(torch.zeros(2, 3, image_size, image_size))
+        out.float().sum().backward()
+    except Exception as error:  # noqa: BLE001 - whatever the user's forward raises
+        raise ValueError(f"--model {name}: a batch of 3x{image_size}x{image_size} images through it raised "
+                         f"{_said(error)}; check --image-size") from None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"--model {name}: its output for 2 images is {shape}, and --num-classes {num_classes} needs "
+                         f"(2, {num_classes}): pass --num-classes to match its last layer, or size that layer by "
+                         "num_classes")
+    unused = [n for n, p in network.named_parameters() if p.requires_grad and p.grad is None]
+    if unused:
+        raise ValueError(f"--model {name}: {len(unused)} trainable parameter(s) get no gradient ({', '.join(unused[:3])}"
+                         f"{', …' if len(unused) > 3 else ''}), and DDP refuses a network whose forward leaves "
+                         "parameters unused (find_unused_parameters is off, as in the tutorials): use them in forward, "
+                         "or set requires_grad=False on them")
+
+
+def _said(error: BaseException) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:160]}"

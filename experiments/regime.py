@@ -11,6 +11,7 @@ from typing import Any
 
 from analysis import plots, report, runs, speed, stats, text, tuning
 from contract.config import BACKENDS, ConfigError
+from experiments import netsim
 
 NETWORK = "network.json"
 SCHEMA_VERSION = 1
@@ -32,6 +33,10 @@ def load(sweep_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             isinstance(r, dict) and {"folder", "link_rate", "link_bits_per_s"} <= set(r) for r in network["rates"])):
         raise ConfigError(f"{sweep_dir / NETWORK} is not a sweep's record (it lacks its rates, or a rate its folder); "
                           "pass a folder written by compare --simulate-nodes")
+    for rate in network["rates"]:  # the fit reads the bits, the reports the name: they must say the same
+        if not isinstance(rate["link_rate"], str) or rate["link_bits_per_s"] != netsim.bits_per_s(rate["link_rate"]):
+            raise ConfigError(f"{sweep_dir / NETWORK} is damaged: its rate {rate['link_rate']!r} records "
+                              f"{rate['link_bits_per_s']!r} bit/s, which is not that rate; rerun that sweep")
     cells = []
     for rate in network["rates"]:
         folder = sweep_dir / rate["folder"]

@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,13 +154,14 @@ def _run_command(arm: Arm, cfg: TrainConfig) -> None:
     """The command a user would type, its output kept in <output-dir>/launcher.log rather than mixed into ours."""
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     log_path = Path(cfg.output_dir) / LOG
-    with log_path.open("w") as out:
+    # torchrun leaves a /tmp/torchelastic_<random>/ of its logs behind every run: it goes into a folder removed after.
+    with log_path.open("w") as out, tempfile.TemporaryDirectory(prefix="compare-launcher-") as scratch:
         # In a session of its own, and sent SIGTERM when the comparison is interrupted, so that the launcher ends its
         # ranks: subprocess.run would SIGKILL it, and torchrun's ranks, in sessions of their own, would train on.
         # SIGTERM from the kernel too when the comparison dies without a word (SIGKILL): its parent-death signal.
         done = subprocess.Popen(["setpriv", "--pdeathsig", "SIGTERM", *command(arm, cfg)], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment(arm),
-                                start_new_session=True)
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**environment(arm), "TMPDIR": scratch}, start_new_session=True)
         wait(done)
     if done.returncode:
         lines = [line for line in log_path.read_text(errors="replace").splitlines() if "error" in line.lower()]

@@ -15,7 +15,7 @@ from contract.config import ConfigError, TrainConfig
 from contract.errors import PeerLost
 from contract.options import check as check_options
 from launchers.ray_failures import RayRunOptions, run_checkpoints, user_error, worker_failure
-from runtime import gpus, heartbeats, preflight
+from runtime import gpus, heartbeats, memory, preflight
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
         checkpoint.check_resume(state, cfg, where, backend, "ray")  # again, now that `auto` has become a dataset
     connect(Path(cfg.output_dir) / worker_output.LOG, address)
     require(cfg.workers, cfg.use_gpu)
+    oom_before = memory.oom_kills()
     if retry_only:
         shutil.rmtree(cfg.checkpoint_dir, ignore_errors=True)
     try:
@@ -68,7 +69,8 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
             raise cause from None
         if stalled := heartbeats.take(cfg.output_dir):  # Ray names the rank that ended itself: the healthy one
             raise PeerLost(f"{stalled}; {_resume_hint(backend, cfg, options)}") from None
-        if (failure := worker_failure(error, options, _resume_hint(backend, cfg, options))) is not None:
+        if (failure := worker_failure(error, options, _resume_hint(backend, cfg, options),
+                                      memory.killed_since(oom_before))) is not None:
             raise failure from None
         raise
 

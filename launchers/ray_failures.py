@@ -68,9 +68,11 @@ def user_error(error: BaseException) -> BaseException | None:
     return None
 
 
-def worker_failure(error: BaseException, options: RayRunOptions, resume_hint: str) -> BaseException | None:
+def worker_failure(error: BaseException, options: RayRunOptions, resume_hint: str,
+                   oom: str | None = None) -> BaseException | None:
     """One line for a run that failed because a Ray worker, Ray Train's controller or the Ray node died, or a worker
-    lost its peer; None for other errors.
+    lost its peer; None for other errors. `oom`: the kernel's out-of-memory killer ended a process meanwhile
+    (runtime/memory.py), which is then named as the death's cause.
 
     Ray raises these with the dead actor's whole story (several tracebacks); what the user needs is what died and how
     to go on. A worker that only lost its peer is named only when no worker died; where Ray cannot tell which worker
@@ -84,11 +86,14 @@ def worker_failure(error: BaseException, options: RayRunOptions, resume_hint: st
     died = {rank: cause for rank, cause in failures.items() if not isinstance(cause, PeerLost)} or failures
     rank, cause = min(died.items(), key=lambda item: -1 if item[0] is None else item[0])
     who, what = _who_died(cause, rank)
+    if oom and what.startswith(DIED.split(" (")[0]):
+        what = f"died: {oom}"
     if len(ranks := sorted(r for r in died if r is not None)) > 1:
         # A worker that loses its peer ends its process too (distributed.leave), and Ray's health check, every 2 s,
         # can then find both gone with the same error: none is singled out.
         who = f"worker ranks {', '.join(map(str, ranks))}"
-        what += ": one died (killed, out of memory, or crashed) and a worker that loses its peer ends too"
+        what += (": one died and a worker that loses its peer ends too" if oom else
+                 ": one died (killed, out of memory, or crashed) and a worker that loses its peer ends too")
     retried = getattr(error, "retries", options.max_failures if isinstance(error, _training_failed()) else 0)
     tried = f" after {retried} retr{'y' if retried == 1 else 'ies'}" if retried else ""
     return PeerLost(f"{who} {what}{tried}; {resume_hint}")
@@ -109,9 +114,13 @@ DIED = "died (its process exited: killed, out of memory, or crashed)"
 def _who_died(cause: BaseException, rank: int | None) -> tuple[str, str]:
     """What died, from Ray's error: Ray Train's controller (which no FailureConfig restarts), the Ray node (its raylet:
     every actor on it unreachable), or a worker."""
-    from ray.exceptions import ActorUnavailableError, RayActorError
+    from ray.exceptions import ActorUnavailableError, OutOfMemoryError, RayActorError
 
     text = str(cause)
+    if isinstance(cause, OutOfMemoryError):  # Ray's memory monitor ends a worker before the kernel would
+        return ("a Ray worker" if rank is None else f"worker rank {rank}"), (
+            "was ended by Ray's memory monitor: memory ran out on its node; lower --batch-size, --image-size or the "
+            "model, or give the node more memory")
     if isinstance(cause, ActorUnavailableError) or "node has died" in text or "raylet" in text.lower():
         return "the Ray node this run used", "went away (its raylet exited: killed, out of memory, or crashed)"
     if isinstance(cause, RayActorError) and re.search(r"class_name: TrainController\b", text):

@@ -33,19 +33,23 @@ from contract.comparison import GROUPS, LISTS, CompareConfig
 from contract.config import ConfigError, TrainConfig
 from experiments import link_sweep, netsim, regime
 from ray_jobs import grid, orchestrator
-from runtime import cli, flags, preflight, signals
+from runtime import cli, files, flags, preflight, signals
 from workload import data
 
 log = logging.getLogger(__name__)
 
 
 def main() -> int:
+    if {"--model", "--models"} <= {arg.split("=")[0] for arg in sys.argv[1:]}:
+        raise ConfigError("--model and --models are one flag: give one of them, with a comma-separated list for "
+                          "several models")
     args = parser().parse_args()
     cmp = flags.from_args(args, CompareConfig)
     if cmp.render:
         log.info("%s", render(Path(cmp.render)))
         return 0
     cmp, base, settings = configs(args)
+    grid.check_best_of_each(cmp, settings)
     for setting in settings:  # every setting of a grid checked before the first runs
         orchestrator.check_options(replace(base, **setting), list(cmp.backend_names))
         preflight.check_model(replace(base, **setting))
@@ -103,16 +107,31 @@ RENDERED = (regime.NETWORK, tuning.GRID, runs.COMPARISON)
 
 def render(folder: Path) -> str:
     """--render: a link sweep's, a grid's or a comparison's report, from the JSON in `folder` alone; for a folder
-    that holds none but has such folders beneath it (docs/results), every one of them (`make docs`)."""
-    if (folder / regime.NETWORK).exists():
-        return render_sweep(folder)
-    if (folder / tuning.GRID).exists():
-        return tuning.render(folder)
+    that holds none but has such folders beneath it (docs/results), every one of them (`make docs`). A refusal leaves
+    every report and picture under `folder` as it was."""
+    with files.unchanged_on_failure(folder, RENDERS):
+        return _render(folder)
+
+
+RENDERS = (".md", ".png")
+"""What --render writes: reports and pictures."""
+
+
+def _render(folder: Path) -> str:
+    for name, rendered in ((regime.NETWORK, render_sweep), (tuning.GRID, tuning.render)):
+        if (folder / name).exists():
+            try:
+                return rendered(folder)
+            except ConfigError:
+                raise
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+                raise ConfigError(f"{folder / name} is damaged or from another version ({type(error).__name__}: "
+                                  f"{error}); rerun python -m ray_jobs.compare") from None
     beneath = sorted({path.parent for name in RENDERED for path in folder.rglob(name)}) if folder.is_dir() else []
     if (folder / runs.COMPARISON).exists() or not beneath:
         return report.render(folder)
     for each in beneath:
-        render(each)
+        _render(each)
     return "rendered again: " + ", ".join(str(each) for each in beneath)
 
 
@@ -169,7 +188,9 @@ def outcome(comparisons: list[dict[str, Any]], assert_parity: bool) -> int:
                       for c in comparisons for n, v in c["parity"].items() if v["verdict"] != "PASS"]
     for c in comparisons:
         for n, v in c["parity"].items():
-            log.info("parity at %s worker(s): %s", n, parity_line(v))
+            dropout = v["verdict"] != "PASS" and (c.get("model") or {}).get("dropout")
+            log.info("parity at %s worker(s): %s%s", n, parity_line(v),
+                     " (the network has dropout: each process draws its own masks; see the report)" if dropout else "")
     if failed:
         log.error("%d run(s) failed; see the report", len(failed))
         return 1

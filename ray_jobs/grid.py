@@ -9,13 +9,14 @@ option that only one backend has (`--cycle-time-ms`, `--gradient-as-bucket-view`
 import argparse
 import logging
 import math
+import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from itertools import product
 from pathlib import Path
 from typing import Any
 
-from analysis import report, tuning
+from analysis import report, text, tuning
 from contract.comparison import LISTS as OPTIONS
 from contract.comparison import CompareConfig
 from contract.config import AMP, BACKENDS, COMPRESSIONS, ConfigError, TrainConfig
@@ -46,6 +47,19 @@ def settings(args: CompareConfig) -> list[dict[str, Any]]:
     return [{"model": m, "amp": a, "compression": c, "bucket_mb": b, "model_width": w, "cycle_time_ms": t,
              "gradient_as_bucket_view": v} for m, a, c, b, w, t, v in product(names, amps, compressions, buckets,
                                                                                widths, cycles, views)]
+
+
+def check_best_of_each(cmp: CompareConfig, grid: list[dict[str, Any]]) -> None:
+    """--best-of-each needs a grid of a tuning option (a model list alone has no best) and both backends."""
+    if not cmp.best_of_each:
+        return
+    tuned = [name for name in OPTIONS if name not in ("model", "model_width") and len({s[name] for s in grid}) > 1]
+    if not tuned:
+        raise ConfigError("--best-of-each runs each backend at its best setting of a tuning grid: give a list in "
+                          "--bucket-mb, --compression, --amp, --cycle-time-ms or --gradient-as-bucket-view, or drop it")
+    if set(cmp.backend_names) != set(BACKENDS):
+        raise ConfigError("--best-of-each compares the two backends, each at its best: pass --backends native,horovod "
+                          "or drop it")
 
 
 def with_model_defaults(args: argparse.Namespace, setting: dict[str, Any]) -> dict[str, Any]:
@@ -110,10 +124,16 @@ def run(base: TrainConfig, grid: list[dict[str, Any]], cmp: CompareConfig, root:
     varied = [name for name in OPTIONS if len({setting[name] for setting in grid}) > 1]
     grid_dir = root / (run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
     grid_dir.mkdir(parents=True)
-    folders = []
+    folders, began = [], time.monotonic()
+    log.info("%d setting(s), one whole comparison each; the time they take is known after the first", len(grid))
     for i, (setting, cfg) in enumerate(zip(grid, configs), 1):
         folder = label(setting, varied)
-        log.info("setting %d/%d: %s", i, len(grid), folder)
+        if i > 1:  # measured, not guessed: the settings so far, at their pace
+            pace = (time.monotonic() - began) / (i - 1)
+            log.info("setting %d/%d: %s · about %s left for this and the %d after it", i, len(grid), folder,
+                     text.duration(pace * (len(grid) - i + 1)), len(grid) - i)
+        else:
+            log.info("setting %d/%d: %s", i, len(grid), folder)
         # A link sweep's later rates reuse the same setting's references from its first rate's grid.
         reuse = {"reuse_references": kwargs["reuse_references"] / folder} if kwargs.get("reuse_references") else {}
         orchestrator.compare(cfg, cmp, grid_dir, run_id=folder, **{**kwargs, **reuse})

@@ -60,6 +60,8 @@ class Plan:
     per_backend: dict[str, dict[str, Any]] | None = None
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     """--target-ci's second stage per worker count: what the pilot asked for and what was added (execute fills it)."""
+    pilot_cut: dict[str, int] | None = None
+    """Where --budget-min stopped the pilot: the worker count and the rounds that ran (execute fills it)."""
 
     @property
     def arms(self) -> list[Arm]:
@@ -149,9 +151,14 @@ def execute(planned: Plan, started: float) -> list[dict[str, Any]]:
     """Every planned run, then the rounds --target-ci's second stage adds; each run's record, finished or failed."""
     records: list[dict[str, Any]] = []
     spent: dict[int, float] = {}  # seconds of distributed runs per worker count, to price a round
-    _run_all(planned, planned.runs, records, spent)
     cmp = planned.cmp
-    if cmp.target_ci:
+    # --budget-min bounds the whole comparison: a pilot that outruns it stops at the end of a round.
+    planned.pilot_cut = _run_all(planned, planned.runs, records, spent,
+                                 started + 60 * cmp.budget_min if cmp.target_ci else None)
+    if planned.pilot_cut:
+        log.info("--budget-min %g is spent: the pilot stopped after %d of %d round(s) at %d worker(s), and no round "
+                 "is added", cmp.budget_min, planned.pilot_cut["rounds"], cmp.repeats, planned.pilot_cut["workers"])
+    elif cmp.target_ci:
         # Stein's two-stage procedure: the rounds so far are the pilot; its spread alone fixes how many in all.
         for n in cmp.worker_counts:
             stage = second_stage(records, n, list(cmp.launcher_names), cmp.repeats, cmp.target_ci / 100,
@@ -165,11 +172,14 @@ def execute(planned: Plan, started: float) -> list[dict[str, Any]]:
 
 
 def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict[str, Any]],
-             spent: dict[int, float]) -> None:
-    """Run `todo` in order, appending each record; a Ctrl-C or SIGTERM says how many had finished."""
+             spent: dict[int, float], deadline: float | None = None) -> dict[str, int] | None:
+    """Run `todo` in order, appending each record; a Ctrl-C or SIGTERM says how many had finished. Past `deadline`,
+    no new round starts: then the rounds that ran at that worker count, which the cut leaves whole."""
     rounds = max((r for r, _, _ in todo), default=0) + 1
     shown = progress.Progress([(r, arm.label, n, arm.launcher == "local") for r, arm, n in todo], rounds)
     for i, (round_, arm, n) in enumerate(todo, 1):
+        if deadline is not None and time.monotonic() > deadline and round_ > 0 and todo[i - 2][0] != round_:
+            return {"workers": n, "rounds": round_}
         began = time.monotonic()
         shown.start()
         if (reused := planned.reused.get((arm.label, n))) is not None:
@@ -187,6 +197,7 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
                                     f"folders stay in {planned.run_dir}") from None
         if arm.launcher != "local":
             spent[n] = spent.get(n, 0.0) + time.monotonic() - began
+    return None
 
 
 def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[str, Any],
@@ -237,6 +248,7 @@ def settings(planned: Plan) -> dict[str, Any]:
             "target_ci": cmp.target_ci / 100, "budget_s": 60 * cmp.budget_min if cmp.target_ci else None,
             "parity_steps": cmp.parity_steps, "tolerance": cmp.tolerance, "target_accuracy": cmp.target_accuracy,
             "speed_metric": speed.METRIC, **({"per_backend": planned.per_backend} if planned.per_backend else {}),
+            **({"pilot_cut": planned.pilot_cut} if planned.pilot_cut else {}),
             **({"network": planned.network} if planned.network else {})}
 
 

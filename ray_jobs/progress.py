@@ -38,13 +38,18 @@ class Progress:
         return line
 
     def left(self, i: int) -> str:
-        """The time the runs after `i` should take: each at its arm's median so far, else every run's median."""
+        """The time the runs after `i` should take: each at its arm's median so far, else at the median of the runs of
+        its kind (references, distributed runs) so far; unknown while a kind has none, never guessed from the other."""
         rest = self.todo[i:]
         if not rest:
             return "done"
-        every = [s for spans in self.took.values() for s in spans]
-        guess = sum(statistics.median(self.took.get((label, n)) or every) for _, label, n, _ in rest)
-        return f"about {text.duration(guess)} left"
+        kinds = {local: [s for (label, n), spans in self.took.items() for s in spans
+                         if any(t[1] == label and t[2] == n and t[3] == local for t in self.todo)]
+                 for local in (True, False)}
+        spans = [self.took.get((label, n)) or kinds[local] for _, label, n, local in rest]
+        if not all(spans):
+            return "the time left is known after the first round"
+        return f"about {text.duration(sum(statistics.median(s) for s in spans))} left"
 
 
 def outcome(record: dict[str, Any]) -> str:

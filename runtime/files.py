@@ -5,7 +5,9 @@ place; without this, results, checkpoints and data would keep those private mode
 results folder could not open them.
 """
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -26,3 +28,24 @@ def normal_mode(path: str | Path) -> None:
     """Give `path` the mode a plain open() (0666) or mkdir() (0777) would have given it under the umask."""
     base = 0o777 if Path(path).is_dir() else 0o666
     os.chmod(path, base & ~umask())
+
+
+@contextlib.contextmanager
+def unchanged_on_failure(folder: Path, suffixes: tuple[str, ...]) -> Iterator[None]:
+    """Every file under `folder` ending in one of `suffixes` as it was, should the block raise: those it rewrote get
+    their bytes back, those it made are removed (a refused --render leaves every file as it was)."""
+    before = {path: path.read_bytes() for path in _files(folder, suffixes)}
+    try:
+        yield
+    except BaseException:
+        for path in _files(folder, suffixes):
+            if path not in before:
+                path.unlink(missing_ok=True)
+        for path, content in before.items():
+            if not path.exists() or path.read_bytes() != content:
+                path.write_bytes(content)
+        raise
+
+
+def _files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    return [path for path in folder.rglob("*") if path.suffix in suffixes and path.is_file()] if folder.is_dir() else []

@@ -2,6 +2,7 @@
 
 import math
 import os
+import socket
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,10 +144,12 @@ def check_checkpoint_file(path: Path) -> None:
 
 
 def check_model(cfg: TrainConfig) -> None:
-    """A user's `module:factory` resolves: its module is imported here, so that a typo is refused before anything."""
+    """A user's `module:factory` resolves and builds a network that fits the run (contract/models.py's
+    check_network, on torch's meta device), so that a typo, a wrong output size or an unused parameter is refused
+    before anything starts, not as a worker's death minutes later."""
     if models.is_factory(cfg.model):
         try:
-            models.factory(cfg.model)
+            models.check_network(cfg.model, cfg.num_classes, cfg.image_size)
         except ValueError as error:
             raise ConfigError(str(error)) from None
 
@@ -176,9 +179,21 @@ def check_data(cfg: TrainConfig, plan: DataPlan) -> None:
         free_space(plan.root.parent, "--data-dir", synthetic_file_bytes(cfg), f"the synthetic {_samples(cfg)}")
 
 
+def check_interface() -> None:
+    """GLOO_SOCKET_IFNAME naming an interface this host lacks: gloo would fail in every rank as the group forms (a
+    traceback under torchrun, a ControllerError under Ray)."""
+    named = [name.strip() for name in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if name.strip()]
+    have = sorted(name for _, name in socket.if_nameindex())
+    if missing := [name for name in named if name not in have]:
+        raise ConfigError(f"GLOO_SOCKET_IFNAME={os.environ['GLOO_SOCKET_IFNAME']} names {', '.join(missing)}, which "
+                          f"this host does not have (it has {', '.join(have)}); unset it or name one of those")
+
+
 def check_config(cfg: TrainConfig) -> None:
-    """The model, and the paths a run will write and the room they have (the data: check_data, on the data's plan)."""
+    """The model, the network interface gloo is told to use, and the paths a run will write and the room they have
+    (the data: check_data, on the data's plan)."""
     check_model(cfg)
+    check_interface()
     writable_dir(cfg.output_dir, "--output-dir")
     free_space(cfg.output_dir, "--output-dir", OUTPUT_BYTES, "results, TensorBoard scalars, logs")
     if cfg.dataset == "mnist" and (Path(cfg.data_dir) / "MNIST" / "raw").is_dir():

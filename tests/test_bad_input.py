@@ -25,7 +25,7 @@ from contract.config import TrainConfig
 from contract.results import History
 from launchers import arms
 from runtime import cli, signals
-from tests.helpers import BIN, ENTRY_POINTS, SYNTHETIC, data_flags, free_port, run_command, run_module, tree
+from tests.helpers import BIN, ENTRY_POINTS, REPO, SYNTHETIC, data_flags, free_port, run_command, run_module, tree
 from workload import checkpoint
 from workload.model import ConvNet
 
@@ -37,6 +37,16 @@ def write_checkpoint(directory: Path, epochs: int = 2, backend: str = "native", 
     model = ConvNet()
     history = History(step_losses=[2.3] * epochs, epochs=[{"epoch": e} for e in range(1, epochs + 1)])
     checkpoint.save(directory, model, torch.optim.SGD(model.parameters(), lr=cfg.lr), history, cfg, backend, launcher)
+
+
+def sweep_with_a_string_rate(folder: Path) -> None:
+    """A committed link sweep whose second rate says "1gbit" where its bits per second go."""
+    import shutil
+
+    shutil.copytree(REPO / "docs" / "results" / "fit-resnet18" / "2-nodes", folder)
+    network = json.loads((folder / "network.json").read_text())
+    network["rates"][1]["link_bits_per_s"] = "1gbit"
+    (folder / "network.json").write_text(json.dumps(network))
 
 
 def write_file(path: Path, content: bytes) -> None:
@@ -53,6 +63,9 @@ SETUPS = {
         "schema_version": 2, "run_id": "x", "settings": {}, "environment": {}, "wall_time_s": 1.0, "runs": [],
         "parity": {"2": {"verdict": "PASS"}}, "not_applicable": [], "speed": {"2": {"ratio": 1.14}}}).encode()),
     "binary-comparison": lambda ws: write_file(ws / "run" / "comparison.json", b"\xff\xfe\x00garbage"),
+    "grid-without-settings": lambda ws: write_file(ws / "run" / "grid.json", json.dumps({
+        "schema_version": 1, "grid_id": "x", "varied": ["bucket_mb"], "workers": [2], "repeats": 2}).encode()),
+    "network-rate-a-string": lambda ws: sweep_with_a_string_rate(ws / "run"),
     "idx-folder": lambda ws: (ws / "mnist" / "MNIST" / "raw" / "train-images-idx3-ubyte").mkdir(parents=True),
     "truncated-synthetic": lambda ws: truncated_synthetic(ws / "data"),
 }
@@ -257,10 +270,19 @@ TABLE = [
     case("ray_jobs.compare", ["--render", "{ws}/run"], "cannot be read as JSON", "binary-comparison"),
     case("ray_jobs.compare", ["--render", "{ws}/run"], "is not a comparison (it lacks schema_version, run_id",
          "empty-comparison"),
+    case("ray_jobs.compare", ["--render", "{ws}/run"], "grid.json is damaged or from another version (KeyError",
+         "grid-without-settings"),
+    case("ray_jobs.compare", ["--render", "{ws}/run"], "network.json is damaged: its rate '1gbit' records '1gbit' "
+         "bit/s", "network-rate-a-string"),
     # A comparison that ran nothing renders no verdict, whatever its file claims.
     case("ray_jobs.compare", ["--render", "{ws}/run"], "holds no run, so there is nothing to render",
          "no-runs-comparison"),
     case("ray_jobs.compare", ["--backends", "native,native"], "--backends lists a name twice"),
+    case("ray_jobs.compare", ["--model", "resnet18", "--models", "convnet"], "--model and --models are one flag"),
+    case("ray_jobs.compare", ["--best-of-each"], "--best-of-each runs each backend at its best setting of a tuning"),
+    case("ray_jobs.compare", ["--best-of-each", "--models", "convnet,mlp"], "give a list in --bucket-mb"),
+    case("ray_jobs.compare", ["--best-of-each", "--bucket-mb", "1,25", "--backends", "native"],
+         "--best-of-each compares the two backends"),
     case("ray_jobs.compare", ["--target-ci", "150"], "--target-ci is a half-width in percent from 0 to 50"),
 
     case("horovod_ddp.train", ["--lr", "inf"], "--lr must be a finite number"),
@@ -282,6 +304,26 @@ TABLE = [
     case("native_ddp.spawn", ["--output-dir", "{ws}/a-file"], "is a file, not a folder"),
     case("native_ddp.spawn", [*SYNTHETIC, "--workers", "2", "--synthetic-train-size", "150"],
          "leaves no step after --warmup-steps"),
+
+    # A user's network, built once on the meta device before anything starts: under Ray these were a worker's death.
+    case("ray_jobs.train", ["--model", "tests.tiny_models:seven_classes", "--image-size", "16"],
+         "its output for 2 images is (2, 7), and --num-classes 10 needs (2, 10)"),
+    case("horovod_ddp.train", ["--model", "tests.tiny_models:seven_classes", "--image-size", "16"],
+         "its output for 2 images is (2, 7)"),
+    case("ray_jobs.compare", ["--model", "tests.tiny_models:unused_parameters", "--image-size", "16"],
+         "2 trainable parameter(s) get no gradient (spare.weight, spare.bias)"),
+    case("native_ddp.train", ["--model", "tests.tiny_models:takes_nothing"],
+         "calling it with num_classes=10 raised TypeError"),
+    case("ray_jobs.train", ["--model", "os:getcwd"], "calling it with num_classes=10 raised TypeError"),
+    case("native_ddp.spawn", ["--model", "tests.tiny_models:not_a_module"], "returned str, not a torch.nn.Module"),
+    case("ray_jobs.train", ["--model", "tests.tiny_models:tiny"],  # its Linear is sized for 16x16 images
+         "a batch of 3x32x32 images through it raised RuntimeError"),
+
+    # An interface gloo is told to use that this host lacks: a traceback under torchrun, a ControllerError on Ray.
+    case("native_ddp.train", [], "GLOO_SOCKET_IFNAME=nosuch0 names nosuch0, which this host does not have",
+         env="no-such-interface"),
+    case("ray_jobs.train", [], "GLOO_SOCKET_IFNAME=nosuch0 names nosuch0", env="no-such-interface"),
+    case("ray_jobs.compare", [], "GLOO_SOCKET_IFNAME=nosuch0 names nosuch0", env="no-such-interface"),
 
     # --use-gpu: a GPU per rank on this host, and a Horovod whose GPU collectives are NCCL's (this one is Gloo's).
     case("native_ddp.train", ["--use-gpu"], "1 rank(s) on this host need 1 GPU(s), and torch sees 0 here"),
@@ -308,6 +350,8 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
         monkeypatch.setenv("RAY_ADDRESS", "ray://127.0.0.1:10001")
     elif env == "closed-port":
         monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")
+    elif env == "no-such-interface":
+        monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
     elif env == "fake-gpus":  # the GPU check passes; what --use-gpu asks beyond it is checked
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     elif env == "no-horovodrun":
@@ -494,3 +538,18 @@ def test_a_working_directory_removed_under_the_shell_is_one_line(tmp_path):
     assert done.stderr == ("error: the working directory no longer exists (it was removed after this shell entered "
                            "it); cd into an existing folder and run the command again\n")
     assert not (tmp_path / "out").exists() and not (tmp_path / "data").exists()
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("script, code, says", [
+    ("", 2, "is not a file, or an empty one"),
+    ("print('a benchmark of something else')\n", 1, "printed no 'Iter #N: … img/sec per' line, so it measured nothing"),
+])
+def test_framework_benchmarks_given_another_script_is_one_line(tmp_path, script, code, says):
+    """An empty benchmark script was a traceback (StatisticsError), and so was one that printed no rate."""
+    (tmp_path / "bench.py").write_text(script)
+    done = run_command([sys.executable, "tools/framework_benchmarks.py", "--horovod-benchmark", str(tmp_path / "bench.py"),
+                        "--models", "resnet18", "--rounds", "1", "--output-dir", str(tmp_path / "out")],
+                       env={"PYTHONPATH": str(REPO)})
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == code and len(lines) == 1 and says in lines[0], done.stderr[-2000:]

@@ -4,6 +4,7 @@ to sweeps written here from known constants, so every figure it must recover is 
 import dataclasses
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -240,3 +241,18 @@ def test_a_sweep_of_one_cell_is_refused_for_the_fit(tmp_path):
     grid = prediction.Grid(nodes=[4], rates={"1gbit": 1e9}, widths=[1], megabytes=[], compute_ms=None, bucket_mb=0)
     with pytest.raises(ConfigError, match="needs runs at two or more link rates or widths"):
         prediction.build([str(one)], gradient, grid, netsim.burst_bytes)
+
+
+@pytest.mark.parametrize("bits, says", [
+    (0, "its rate '10mbit' records 0 bit/s, which is not that rate"),  # was fitted as unshaped, exit 0
+    ("10gbit", "its rate '10mbit' records '10gbit' bit/s"),  # was a traceback
+])
+def test_a_rate_whose_bits_contradict_its_name_is_refused_before_the_fit(tmp_path, bits, says):
+    from experiments import regime  # what experiments.predict and --render read a sweep with
+
+    two = _sweep(tmp_path / "two", 2, {"10mbit": 10e6, "unshaped": None}, [1])
+    network = json.loads((two / "network.json").read_text())
+    network["rates"][0]["link_bits_per_s"] = bits
+    (two / "network.json").write_text(json.dumps(network))
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        regime.load(two)

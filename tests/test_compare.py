@@ -2,6 +2,8 @@
 
 import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -22,16 +24,23 @@ def comparison_dir(ray_cluster, base_cfg, tmp_path_factory):
     """One small comparison for the module: 2 workers, both backends under Ray, torchrun and horovodrun, two
     interleaved rounds, one epoch (mp.spawn: tests/test_options.py's comparison of every launcher)."""
     root = tmp_path_factory.mktemp("compare")
+    litter = set(Path(tempfile.gettempdir()).glob("torchelastic_*"))
     run_dir = orchestrator.compare(base_cfg, CompareConfig(parity_steps=30, target_accuracy=0.9, repeats=2,
                                                            launchers="ray,torchrun,horovodrun"), root)
     report.render(run_dir)
+    LEFT_BY_TORCHRUN.extend(set(Path(tempfile.gettempdir()).glob("torchelastic_*")) - litter)
     return run_dir
+
+
+LEFT_BY_TORCHRUN: list[Path] = []
+"""The /tmp/torchelastic_<random>/ folders the module's comparison left (torchrun's, one per run before)."""
 
 
 ARMS = ["native", "horovod", "native/torchrun", "horovod/horovodrun"]
 
 
 def test_a_small_comparison_writes_every_artifact(comparison_dir):
+    assert not LEFT_BY_TORCHRUN
     names = {p.name for p in comparison_dir.iterdir()}
     assert {"comparison.json", "report.md", "verdicts.png", "loss.png", "throughput.png", "overhead.png"} <= names
     comparison = runs.load(comparison_dir)

@@ -412,3 +412,25 @@ def test_ray_train_s_controller_killed_is_named_as_the_controller_not_as_a_retri
     assert proc.returncode not in (0, 2) and len(ours) == 1, output[-3000:]
     assert "Ray Train's controller" in ours[0] and "after 1 retr" not in ours[0], ours
     assert not (tmp_path / "out" / results.FILENAME).exists()
+
+
+@pytest.fixture
+def memory_cgroup(request) -> Path:
+    """A memory cgroup (v1, as root) of 256 MiB for one rank to join: what it then allocates past that, the kernel's
+    out-of-memory killer ends, as it ends a rank of a job given too little memory."""
+    group = Path("/sys/fs/cgroup/memory") / f"ddp-vs-horovod-oom-{os.getpid()}"
+    group.mkdir()
+    (group / "memory.limit_in_bytes").write_text(str(256 << 20))
+    request.addfinalizer(group.rmdir)
+    return group
+
+
+def test_a_rank_the_out_of_memory_killer_ends_is_named_as_memory(trial_cfg, tmp_path, memory_cgroup):
+    """Under torchrun its peer read "ended by SIGTERM from torchrun during the ranks' start-up … (the user's signal
+    passed on, or a rank that failed first …)"; the kernel's vmstat counted the kill all the while."""
+    done = _plain_run("torchrun", replace(trial_cfg, epochs=1), tmp_path,
+                      f"rank=1,epoch=1,step=3,how=oom,cgroup={memory_cgroup}")
+    errors = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("error: ")]
+    assert done.returncode != 0 and len(errors) == 1, done.stderr[-3000:]
+    assert "the kernel's out-of-memory killer ended 1 process(es) on this machine" in errors[0], errors
+    assert not (tmp_path / "out" / results.FILENAME).exists()

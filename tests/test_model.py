@@ -123,3 +123,23 @@ def test_a_user_network_trains_on_the_images_and_is_recorded(tmp_path):
 def test_a_user_network_that_does_not_resolve_is_one_config_error(name, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):
         build(TrainConfig(model=name))
+
+
+def test_a_network_that_drops_is_recorded_so_and_its_parity_fail_says_why():
+    """A parity FAIL from dropout's masks read as a bug: the model record says dropout, and so does the report."""
+    import json
+
+    from analysis import report
+    from tests.helpers import REPO
+
+    cfg = TrainConfig(model="tests.tiny_models:with_dropout", image_size=16)
+    assert describe(build(cfg), cfg)["dropout"] is True
+    tiny = TrainConfig(model="tests.tiny_models:tiny", image_size=16)
+    assert "dropout" not in describe(build(tiny), tiny)
+    with torch.device("meta"):  # torchvision's vit_b_16 builds its Dropout layers with p = 0.0
+        assert "dropout" not in describe(build(TrainConfig(model="vit_b_16")), TrainConfig(model="vit_b_16"))
+    comparison = json.loads((REPO / "docs/results/models/model-convnet/comparison.json").read_text())
+    comparison["model"]["dropout"] = True
+    assert report.DROPOUT_NOTE not in report.report_markdown(comparison)  # PASS: nothing to explain
+    comparison["parity"]["2"]["verdict"] = "FAIL"
+    assert report.DROPOUT_NOTE in report.report_markdown(comparison)

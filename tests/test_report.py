@@ -382,8 +382,9 @@ def test_a_progress_line_ends_each_reference_and_each_round_with_the_time_left(m
     todo = [(0, "reference", 2, True), (0, "native", 2, False), (0, "horovod", 2, False), (1, "horovod", 2, False),
             (1, "native", 2, False)]
     shown = progress.Progress(todo, rounds=2)
+    # A reference prices no training run: the first estimate waits for one (it said 2 min with 8 to go, busy).
     assert shown.done(1, run("reference", 2, 0, 1800.0)) == ("[1/5] reference · 2 worker(s): test accuracy 97.00% "
-                                                             "· about 1 min 20 s left")
+                                                             "· the time left is known after the first round")
     shown.start()
     assert shown.done(2, run("native", 2, 0, 2800.0, started=9.1)) is None  # the round goes on
     shown.start()
@@ -391,3 +392,25 @@ def test_a_progress_line_ends_each_reference_and_each_round_with_the_time_left(m
     assert line.startswith("[3/5] round 1/2 · 2 worker(s): native 2,800 samples/s steady, 31.5 s end to end; "
                            "horovod FAILED: RuntimeError")
     assert line.endswith(" · about 40 s left")  # each arm at its own median so far: 10 + 30 s
+
+
+def test_a_refused_render_leaves_every_report_and_picture_as_it_was(tmp_path):
+    """Given a parent folder whose second comparison is damaged, --render used to re-render the first, then rewrite
+    the damaged one's report before it refused; now nothing under the folder changes."""
+    import shutil
+
+    from ray_jobs import compare
+    from tests.helpers import REPO
+
+    for name in ("model-convnet", "model-resnet50"):
+        shutil.copytree(REPO / "docs" / "results" / "models" / name, tmp_path / name)
+    (tmp_path / "model-convnet" / "report.md").write_text("an older report")
+    (tmp_path / "model-convnet" / "loss.png").unlink()
+    damaged = tmp_path / "model-resnet50" / COMPARISON
+    doc = json.loads(damaged.read_text())
+    del doc["speed"]
+    damaged.write_text(json.dumps(doc))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match="damaged or from another version"):
+        compare.render(tmp_path)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

@@ -171,3 +171,20 @@ def test_a_stall_the_group_s_timeout_named_first_keeps_its_line_when_the_bound_r
         watchdog._fire()
     assert capsys.readouterr().err.startswith("error: rank 0 made no progress for ")
     assert "no sign of life from rank 1 (12 s)" in heartbeats.take(str(tmp_path))
+
+
+def test_a_ray_worker_the_kernel_or_ray_killed_for_memory_is_named_as_memory():
+    """Under Ray it read "WorkerHealthCheckFailedError: A worker health check failed", or "died (killed, out of
+    memory, or crashed)": the driver counts the kernel's kills from the run's start (runtime/memory.py), and Ray's
+    memory monitor raises its own error."""
+    from ray.exceptions import OutOfMemoryError, RayActorError
+
+    from launchers.ray_failures import RayRunOptions, worker_failure
+    from runtime import memory
+
+    oom = memory.killed_since(-1)
+    assert oom and oom.startswith("the kernel's out-of-memory killer ended") and memory.killed_since(None) is None
+    assert str(worker_failure(RayActorError(), RayRunOptions(), "rerun", oom)) == f"a Ray worker died: {oom}; rerun"
+    assert "died (its process exited" in str(worker_failure(RayActorError(), RayRunOptions(), "rerun"))
+    assert "ended by Ray's memory monitor: memory ran out on its node" in str(
+        worker_failure(OutOfMemoryError("low memory"), RayRunOptions(), "rerun"))

@@ -285,3 +285,12 @@ def test_the_reference_keeps_each_simulated_worker_s_batchnorm_buffers_and_avera
     bn = trainer.module[1]
     assert torch.equal(torch.cat([bn.running_mean, bn.running_var]), (first + second) / 2)
     assert all(torch.equal(w, (first + second) / 2) for w in trainer.worker_buffers)
+
+
+def test_a_run_that_ends_before_its_first_epoch_leaves_no_tensorboard_file(tmp_path):
+    """A failed run's folder held an 88-byte events.out.tfevents beside its log: the writer came with the run."""
+    from workload.tensorboard_scalars import Scalars
+
+    scalars = Scalars(tmp_path, 0)
+    scalars.close()
+    assert list(tmp_path.iterdir()) == []

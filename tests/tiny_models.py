@@ -14,3 +14,32 @@ def not_a_module(num_classes: int) -> str:
 
 
 NOT_CALLABLE = 3
+
+
+def seven_classes(num_classes: int) -> nn.Module:
+    """Ignores num_classes: its last layer has 7 outputs."""
+    return tiny(7)
+
+
+class _Unused(nn.Module):
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.used, self.spare = nn.Linear(3 * 16 * 16, num_classes), nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.used(x.flatten(1))
+
+
+def unused_parameters(num_classes: int) -> nn.Module:
+    """A layer that forward never calls: DDP refuses it unless find_unused_parameters=True."""
+    return _Unused(num_classes)
+
+
+def takes_nothing() -> nn.Module:
+    return tiny(10)
+
+
+def with_dropout(num_classes: int) -> nn.Module:
+    """tiny with Dropout(0.5) before its last layer: every process draws its own masks."""
+    layers = list(tiny(num_classes))
+    return nn.Sequential(*layers[:-1], nn.Dropout(0.5), layers[-1])

@@ -27,6 +27,7 @@ from pathlib import Path
 from analysis import stats
 from contract import results
 from contract.config import ConfigError
+from contract.errors import RunFailed
 from launchers import arms
 from runtime import cli, space
 
@@ -52,8 +53,8 @@ def parser() -> cli.Parser:
 
 def main() -> int:
     args = parser().parse_args()
-    if not args.horovod_benchmark.is_file():
-        raise ConfigError(f"--horovod-benchmark {args.horovod_benchmark} is not a file; take "
+    if not args.horovod_benchmark.is_file() or not args.horovod_benchmark.read_text(errors="replace").strip():
+        raise ConfigError(f"--horovod-benchmark {args.horovod_benchmark} is not a file, or an empty one; take "
                           "examples/pytorch/pytorch_synthetic_benchmark.py from a clone of github.com/horovod/horovod")
     for name in ("rounds", "workers", "warmup_batches", "batches_per_iter", "iters"):
         if getattr(args, name) < 1:
@@ -109,11 +110,14 @@ def run(arm: str, model: str, args: argparse.Namespace, out: Path) -> tuple[floa
     done = subprocess.run(command, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     (out / "output.log").write_text(done.stdout + done.stderr)
     if done.returncode:
-        raise RuntimeError(f"{arm} exited with {done.returncode}; see {out / 'output.log'}")
+        raise RunFailed(f"{arm} exited with {done.returncode}; see {out / 'output.log'}")
     if arm.endswith("ours"):
         doc = json.loads((out / results.FILENAME).read_text())
         return doc["epochs"][-1]["samples_per_s_median"], doc["epochs"][-1]["data_share"]
-    return args.workers * statistics.median(float(v) for v in ITER.findall(done.stdout)), None
+    if not (rates := ITER.findall(done.stdout)):
+        raise RunFailed(f"{arm} printed no 'Iter #N: … img/sec per' line, so it measured nothing; is "
+                        f"--horovod-benchmark Horovod's pytorch_synthetic_benchmark.py? (see {out / 'output.log'})")
+    return args.workers * statistics.median(float(v) for v in rates), None
 
 
 def table(found: dict[str, dict[str, object]]) -> str:

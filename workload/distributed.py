@@ -83,14 +83,18 @@ RESUME_HINTS = {
 NO_CHECKPOINT_HINT = "nothing was checkpointed: pass --checkpoint-dir to be able to resume"
 
 
-def peer_lost(error: BaseException, rank: int, launcher: str, checkpoint_dir: str = "") -> PeerLost:
-    """The one line for a collective that failed because a peer went away: what failed, and how to go on."""
+def peer_lost(error: BaseException, rank: int, launcher: str, checkpoint_dir: str = "", oom: str | None = None
+              ) -> PeerLost:
+    """The one line for a collective that failed because a peer went away: what failed (`oom`: the kernel's
+    out-of-memory killer, runtime/memory.py), and how to go on."""
     # gloo's text starts with its source location and goes on with advice about other logs: its first sentence.
     reason = re.sub(r"^\[[^\]]*\] ", "", " ".join(str(error).split())).split(". ")[0][:160]
     hint = RESUME_HINTS[launcher] if checkpoint_dir or launcher == "ray" else NO_CHECKPOINT_HINT
     left = torchrun_restarts_left()
     if launcher == "torchrun" and checkpoint_dir and left > 0:
         hint = f"torchrun restarts the workers from the last checkpoint ({left} restart(s) left)"
+    if oom:
+        return PeerLost(f"rank {rank} lost a peer: {oom}; {hint}")
     return PeerLost(f"rank {rank} lost a peer: another rank died or left "
                     f"({type(error).__name__}: {reason}); {hint}")
 

@@ -7,6 +7,9 @@ Set in the environment of the processes that train (the fault tier and ray_jobs.
     WORKLOAD_FAULT="rank=1,epoch=1,at=eval"                 # during epoch 1's evaluation
     WORKLOAD_FAULT="rank=1,epoch=0,at=init"                 # before the process group exists
     WORKLOAD_FAULT="rank=1,epoch=0,at=init,how=hang"        # hangs there instead (a stuck, not a dead, peer)
+    WORKLOAD_FAULT="rank=1,epoch=1,step=3,how=oom,cgroup=/sys/fs/cgroup/memory/x"   # joins that memory cgroup
+                                                            # (made by the test) and allocates until the kernel's
+                                                            # out-of-memory killer ends it
     WORKLOAD_FAULT="...,once=/tmp/marker"                   # only if the marker does not exist yet; creates it
     WORKLOAD_FAULT="pids=/tmp/trial"                        # no fault: every rank writes rank<R>.pid there when it
                                                             # starts training, rank 0 epoch<E>.done after each
@@ -25,7 +28,7 @@ from pathlib import Path
 
 ENV = "WORKLOAD_FAULT"
 POINTS = ("step", "checkpoint", "eval", "init")
-HOWS = ("kill", "hang")
+HOWS = ("kill", "hang", "oom")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,7 @@ class Fault:
     how: str = "kill"
     once: str = ""
     pids: str = ""
+    cgroup: str = ""
 
 
 def parse(text: str) -> Fault | None:
@@ -45,7 +49,7 @@ def parse(text: str) -> Fault | None:
     values = dict(part.split("=", 1) for part in text.split(",") if part)
     fault = Fault(rank=int(values.get("rank", -1)), epoch=int(values.get("epoch", 0)), at=values.get("at", "step"),
                   step=int(values.get("step", 0)), how=values.get("how", "kill"), once=values.get("once", ""),
-                  pids=values.get("pids", ""))
+                  pids=values.get("pids", ""), cgroup=values.get("cgroup", ""))
     if fault.at not in POINTS or fault.how not in HOWS:
         raise ValueError(f"{ENV}: at= takes {', '.join(POINTS)} and how= {', '.join(HOWS)}; got {text!r}")
     return fault
@@ -69,6 +73,11 @@ def point(at: str, rank: int, epoch: int = 0, step: int = 0) -> None:
             Path(fault.pids, f"rank{rank}.hanging").touch()
         while True:
             time.sleep(60)
+    if fault.how == "oom":
+        Path(fault.cgroup, "cgroup.procs").write_text(str(os.getpid()))
+        hog = []
+        while True:
+            hog.append(bytearray(64 << 20))  # zero-filled: every page is touched, and counted
     os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from contract import summary
 from contract.config import TrainConfig
 from contract.errors import PeerLost, launcher_rank
-from runtime import cli, logs, signals, worker_end
+from runtime import cli, logs, memory, signals, worker_end
 from workload import cores, faults
 from workload.distributed import NO_CHECKPOINT_HINT, RESUME_HINTS, DistContext, leave, peer_lost
 from workload.watchdog import Watchdog
@@ -44,12 +44,12 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
     the process with that line (the driver says how to resume), and the output router is told that this worker has
     nothing more to print."""
     on_ray = launcher == "ray"
-    began = time.time()
+    began, oom_before = time.time(), memory.oom_kills()
     # From before the group exists: a peer that dies while it forms must not leave this rank waiting for gloo's
     # 30-minute default.
     with contextlib.ExitStack() as stack, Watchdog(cfg.stall_timeout_s, cfg.output_dir, report=on_ray) as watchdog:
         if not on_ray:
-            stack.enter_context(say_when_ended(launcher, cfg, watchdog))
+            stack.enter_context(say_when_ended(launcher, cfg, watchdog, oom_before))
             faults.point("init", launcher_rank())
         ctx = dataclasses.replace(framework.init(cfg), began_at=began)
         watchdog.joined(ctx.rank, ctx.world_size)
@@ -63,9 +63,10 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
         except Exception as error:
             if not framework.lost_peer(error):
                 raise
-            if not on_ray and watchdog.left_on_a_signal():
+            oom = memory.killed_since(oom_before)
+            if not on_ray and not oom and watchdog.left_on_a_signal():
                 passed_on(signal.SIGTERM, launcher, cfg)
-            lost = peer_lost(error, ctx.rank, launcher, cfg.checkpoint_dir)
+            lost = peer_lost(error, ctx.rank, launcher, cfg.checkpoint_dir, oom)
             if stalled := watchdog.named_stall():  # not lost: a peer stopped, and the group's timeout ran out
                 lost = PeerLost(f"{stalled}; ending this rank")
             if on_ray:
@@ -79,14 +80,20 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
     return doc
 
 
-def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog) -> contextlib.AbstractContextManager:
+def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog,
+                   oom_before: int | None = None) -> contextlib.AbstractContextManager:
     """torchrun, mp.spawn and horovodrun end the other ranks with SIGTERM once one has exited, sometimes before they
     notice the lost peer themselves: such a rank says so in the lost-peer line and leaves
     at once, without a shutdown that would wait on the dead peer. They also pass on a SIGTERM sent to them (`timeout`, a
-    scheduler): every rank gets it at once, none has died, and rank 0 says so, once. Off the main thread too: a rank
+    scheduler): every rank gets it at once, none has died, and rank 0 says so, once. Where the kernel's out-of-memory
+    killer ended a rank since `oom_before`, each survivor says that instead. Off the main thread too: a rank
     waiting in C++ for its group to form ran the handler only when torchrun killed it, 30 s later."""
     def ended(signum: int) -> NoReturn:
         name = signal.Signals(signum).name
+        if oom := memory.killed_since(oom_before):  # the launcher ends the survivors of a rank the kernel killed
+            cli.say(f"ended by {name} from {launcher} after {oom}; {_hint(launcher, cfg)}", every_rank=True,
+                    unless_said=True)
+            signals.exit_now(128 + signum)
         with_peers = watchdog.signalled_with_peers()
         if with_peers is None:  # no heartbeats to tell the two apart yet: neither claimed (both ranks claimed a peer)
             cli.say(f"ended by {name} from {launcher} during the ranks' start-up, before the run finished (the "

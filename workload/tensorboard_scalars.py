@@ -19,11 +19,18 @@ TAGS = {"train/step_loss", "test/loss", "test/accuracy", "speed/samples_per_s", 
 
 class Scalars:
     def __init__(self, output_dir: str | Path, steps_done: int) -> None:
-        # Imported here: it loads TensorBoard, which only rank 0 of a running job needs.
-        from torch.utils.tensorboard import SummaryWriter
+        self.output_dir, self.steps_done, self._writer = str(output_dir), steps_done, None
 
-        # A resumed run first drops what an earlier attempt logged after its last checkpoint.
-        self.writer = SummaryWriter(log_dir=str(output_dir), purge_step=steps_done or None)
+    @property
+    def writer(self):
+        """Made at the first finished epoch: a run that fails before one leaves no events file."""
+        if self._writer is None:
+            # Imported here: it loads TensorBoard, which only rank 0 of a running job needs.
+            from torch.utils.tensorboard import SummaryWriter
+
+            # A resumed run first drops what an earlier attempt logged after its last checkpoint.
+            self._writer = SummaryWriter(log_dir=self.output_dir, purge_step=self.steps_done or None)
+        return self._writer
 
     def epoch(self, record: dict[str, Any], step_losses: list[float]) -> None:
         """One finished epoch; `step_losses` holds every step's loss of the run so far, this epoch's last."""
@@ -38,7 +45,8 @@ class Scalars:
         self._write(self.writer.flush)  # an epoch is in TensorBoard as soon as it is done, even if the run dies later
 
     def close(self) -> None:
-        self._write(self.writer.close)
+        if self._writer is not None:
+            self._write(self._writer.close)
 
     def _write(self, action: Callable[[], None]) -> None:
         try:
