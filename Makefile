@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install test test-fast compare bench faults docs gpu-check clean
+.PHONY: install test test-fast compare bench faults docs gpu-check stress clean
 
 # Reinstalls only when the declared dependencies or the Horovod build recipe change.
 $(STAMP): pyproject.toml tools/build_horovod.py
@@ -35,6 +35,10 @@ bench: $(STAMP)
 # Kill a worker under every launcher, N trials each: prints the survival table (a benchmark, not a test).
 faults: $(STAMP)
 	$(BIN)/python -m ray_jobs.fault_trials $(ARGS)
+
+# Before a submission, not part of make test: the fault, signal and stall tiers 5 times with one core kept busy.
+stress: $(STAMP)
+	$(BIN)/python tools/stress.py $(ARGS)
 
 # Every picture and report under docs/results, made again from the JSON committed there.
 docs: $(STAMP)

@@ -8,6 +8,7 @@ from typing import Any
 from analysis import parity, plots, runs, speed, stats, text
 from contract import models
 from contract.config import AA_SUFFIX, BACKENDS, ConfigError
+from contract.phases import STEP_PHASES
 
 OPTION_NAMES = {"compression": "--compression", "grad_accumulation": "--grad-accumulation", "amp": "--amp",
                 "bucket_mb": "--bucket-mb", "gradient_as_bucket_view": "--gradient-as-bucket-view",
@@ -320,6 +321,51 @@ def phases_table(comparison: dict[str, Any], workers: int) -> str:
     return "\n".join(lines)
 
 
+def step_table(comparison: dict[str, Any], workers: int) -> str | None:
+    """A step taken apart (contract/phases.py's STEP_PHASES): each arm's median phases in ms, median over its runs of
+    the last epoch's medians over steps and ranks, with what they leave of the step; then native − Horovod per phase,
+    paired by round, with its 95 % interval. None for runs that recorded no phases."""
+    found = {arm: [r["epochs"][-1]["phases_s"] for r in arm_runs if r["epochs"][-1].get("phases_s")]
+             for arm, arm_runs in runs.finished(comparison, workers).items()}
+    found = {arm: values for arm, values in found.items() if values}
+    if not found:
+        return None
+    names = (*STEP_PHASES, "remainder", "step")
+    head = f"| arm | runs | {' | '.join(names)} |"
+    lines = ["**A step taken apart** (ms): each phase's median over the last epoch's measured steps and every rank, "
+             "then the median over the arm's runs; the remainder is what a step spends outside the phases (zeroing "
+             "the gradients, bookkeeping; in the reference, its emulated averaging).", "", head,
+             "|" + "---|" * head.count(" | ") + "---|"]
+    for arm, values in found.items():
+        cells = " | ".join(f"{1000 * statistics.median(v[name] for v in values):.1f}" for name in names)
+        lines.append(f"| {arm} | {len(values)} | {cells} |")
+    if paired := phase_differences(comparison, workers):
+        lines += ["", paired]
+    return "\n".join(lines)
+
+
+def phase_differences(comparison: dict[str, Any], workers: int) -> str | None:
+    """Native − Horovod per phase, paired by round (the runs of one round ran side by side), with its interval; a
+    phase is named as a cause only where the whole interval is on one side of 0."""
+    a, b = speed.compared_arms(comparison["settings"]["launchers"])
+    by_round = {arm: {r["round"]: r["epochs"][-1].get("phases_s") for r in runs.finished(comparison, workers).get(arm, [])
+                      if r["epochs"][-1].get("phases_s")} for arm in (a, b)}
+    rounds = sorted(set(by_round[a]) & set(by_round[b]))
+    if not rounds:
+        return None
+    cells, decided = [], []
+    for name in (*STEP_PHASES, "remainder", "step"):
+        mean, interval = stats.mean_interval([1000 * (by_round[a][r][name] - by_round[b][r][name]) for r in rounds])
+        cells.append(f"{mean:+.1f}" + (f" ({interval[0]:+.1f} – {interval[1]:+.1f})" if interval else ""))
+        if interval and name != "step" and (interval[0] > 0 or interval[1] < 0):
+            decided.append(f"{name} {mean:+.1f} ms")
+    said = ("; ".join(decided) + " (whole intervals on one side of 0)" if decided else
+            "no phase differs beyond its interval" if len(rounds) > 1 else "one round: no interval")
+    return (f"{a} − {b}, paired by round over {len(rounds)} round(s), ms (95 % CI): "
+            + " | ".join(f"{name} {cell}" for name, cell in zip((*STEP_PHASES, "remainder", "step"), cells))
+            + f". Decided: {said}.")
+
+
 def options_table(comparison: dict[str, Any]) -> str | None:
     """Each option as every arm applied it, from the runs' results.json; None for comparisons without options."""
     by_arm: dict[str, dict[str, Any]] = {}
@@ -391,10 +437,21 @@ def setup_line(comparison: dict[str, Any]) -> str:
             f"{cfg['lr']} momentum {cfg['momentum']}, seed {cfg['seed']}, {cfg['threads_per_worker']} torch "
             "thread(s) per worker; the same initial weights and DistributedSampler shards in every run. Launchers: "
             f"{', '.join(s['launchers'])}; every arm ran {runs.rounds(comparison)} time(s) per worker count, the "
-            f"references once{cut_text(s)}; {comparison['wall_time_s'] / 60:.1f} min in all. Python {env['python']}, torch "
+            f"references once{cut_text(s)}; {comparison['wall_time_s'] / 60:.1f} min in all{kept_text(comparison)}. Python {env['python']}, torch "
             f"{env['torch']}, torchvision {env['torchvision']}, Ray {env['ray']}, Horovod {env['horovod']}; CPU "
             f"{env['cpu']} ({env['cpu_count']} cores); GPU {gpu_text(env)}; host {env['hostname']}."
             + averaged_by_text(comparison))
+
+
+def kept_text(comparison: dict[str, Any]) -> str:
+    """Which runs a resumed comparison kept from before it stopped (compare --resume)."""
+    kept = [r for r in comparison["runs"] if r.get("kept_on_resume")]
+    if not kept:
+        return ""
+    named = ", ".join(f"{r['arm']} ({r['workers']} worker(s)" + (f", round {r['round'] + 1})" if r["launcher"] != "local"
+                                                                  else ")") for r in kept)
+    return (f" (resumed with --resume: {len(kept)} of its {len(comparison['runs'])} runs had finished before it "
+            f"stopped and were kept, each checked against its results.json: {named}; the time is the resumed part's)")
 
 
 def cut_text(settings: dict[str, Any]) -> str:
@@ -456,6 +513,8 @@ def workers_section(comparison: dict[str, Any], workers: int) -> list[str]:
         out += ["", overhead]
     if ran:
         out += ["", phases_table(comparison, workers)]
+    if step := step_table(comparison, workers):
+        out += ["", step]
     return out + parity_lines(comparison, workers)
 
 

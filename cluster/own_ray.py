@@ -7,6 +7,7 @@ and removes the folder. A session, not a process group: Ray's workers make proce
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,9 +74,13 @@ class OwnRay:
         self.port, self.dashboard_port = free_port(), free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
+        # Every port Ray takes by default moved (runtime/launch.py's RAY_DEFAULT_PORTS): a user's `ray start --head`
+        # beside this one found 52365 taken, its dashboard agent never started, and `ray job submit` said "500: No
+        # available agent to submit job".
         start = ["--head", "--block", f"--temp-dir={self.folder}", f"--port={self.port}",
                  "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
-                 f"--dashboard-port={self.dashboard_port}", f"--num-cpus={cpus()}",
+                 f"--dashboard-port={self.dashboard_port}", f"--ray-client-server-port={free_port()}",
+                 f"--dashboard-agent-listen-port={free_port()}", f"--num-cpus={cpus()}",
                  "--disable-usage-stats", *flags]
         try:
             # TMPDIR: what Ray's dashboard's multiprocessing leaves (pymp-*) goes with the folder.
@@ -96,8 +101,7 @@ class OwnRay:
             if STARTED in text:
                 return
             if EXITED in text or self.session.poll() is not None:
-                last = [line for line in text.splitlines() if line.strip() and EXITED not in line][-1:] or ["?"]
-                raise RunFailed(f"the local Ray did not start (`ray start` said: {last[0].strip()[:200]}); run "
+                raise RunFailed(f"the local Ray did not start (`ray start` said: {said(text)[:200]}); run "
                                 "again when the machine is less busy, or start a cluster with `ray start --head` "
                                 "and join it")
             time.sleep(0.1)
@@ -114,6 +118,16 @@ class OwnRay:
             pass
         if self.session.poll() is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+FAILURE = re.compile(r"error|exception|failed|timed out|cannot|could not|not found|abort", re.I)
+
+
+def said(log: str) -> str:
+    """What `ray start` said of its failure: its last line that names one, else its last line (an INFO line such as
+    "Local node IP: …" can follow the error)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip() and EXITED not in line]
+    return next((line for line in reversed(lines) if FAILURE.search(line)), lines[-1] if lines else "?")
 
 
 def local_rays() -> dict[str, bool]:

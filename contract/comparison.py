@@ -14,7 +14,7 @@ GROUPS = {
     "how long": ("repeats", "target_ci", "budget_min"),
     "statistics": ("parity_steps", "tolerance", "target_accuracy", "assert_parity"),
     "cluster": ("simulate_nodes", "link_rates"),
-    "output": ("output_dir", "render"),
+    "output": ("output_dir", "render", "resume"),
 }
 """compare's flag groups in --help (its training flags, TrainConfig's, come last)."""
 LISTS = ("model", "amp", "compression", "bucket_mb", "model_width", "cycle_time_ms", "gradient_as_bucket_view")
@@ -104,6 +104,10 @@ class CompareConfig:
 
     render: str = ""
     """Only re-render this folder's report from its comparison.json (or grid.json, network.json)."""
+
+    resume: str = ""
+    """Go on with the comparison (or grid) in this folder, stopped midway: the runs that finished whole are checked
+    and kept, the rest run; given the same settings it started with, or refused naming the difference."""
 
     worker_counts: tuple[int, ...] = field(init=False, default=())
     backend_names: tuple[str, ...] = field(init=False, default=())

@@ -18,3 +18,9 @@ def phases(stamps: dict[str, float], start: float, returned: float) -> dict[str,
         at = returned if name == "launcher_returned" else stamps.get(name, start + previous)
         previous = out[name] = max(at - start, previous)
     return out
+
+
+STEP_PHASES = ("data", "forward", "backward", "wait", "optimizer")
+"""A training step taken apart, in order (workload/metrics.py's phases_s): waiting for the batch, forward and loss,
+backward as the main thread sees it (DDP's and Horovod's hooks run in it; DDP's exposed wait is taken out of it), the
+exposed wait for the averaged gradients, and the optimizer's step."""

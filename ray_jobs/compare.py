@@ -32,7 +32,7 @@ from contract import models
 from contract.comparison import GROUPS, LISTS, CompareConfig
 from contract.config import ConfigError, TrainConfig
 from experiments import link_sweep, netsim, regime
-from ray_jobs import grid, orchestrator
+from ray_jobs import grid, orchestrator, resume
 from runtime import cli, files, flags, preflight, signals
 from workload import data
 
@@ -60,17 +60,41 @@ def main() -> int:
     if cmp.link_rates != netsim.UNSHAPED:
         raise ConfigError("--link-rates shapes the links of a simulated cluster; add --simulate-nodes 2")
     extra = {"network": args.network, "reuse_references": args.reuse_references}
+    if cmp.resume:
+        root, extra["run_id"], extra["resume"] = resumable(Path(cmp.resume), base, cmp, settings)
+    else:
+        extra["run_id"] = args.run_id
     if len(settings) > 1:
-        grid_dir = grid.run(base, settings, cmp, root, run_id=args.run_id, **extra)
+        grid_dir = grid.run(base, settings, cmp, root, **extra)
         tuning.render(grid_dir)
         log.info("%s", "\n".join(terminal.grid_summary(*tuning.load(grid_dir), grid_dir)))
         return outcome([runs.load(grid_dir / s["folder"]) for s in tuning.load(grid_dir)[0]["settings"]],
                        cmp.assert_parity)
-    run_dir = orchestrator.compare(base, cmp, root, run_id=args.run_id, **extra)
+    run_dir = orchestrator.compare(base, cmp, root, **extra)
     report.render(run_dir)
     written = runs.load(run_dir)
     log.info("%s", "\n".join(terminal.summary(written, run_dir)))
     return outcome([written], cmp.assert_parity)
+
+
+def resumable(folder: Path, base: TrainConfig, cmp: CompareConfig, settings: list[dict[str, Any]]
+              ) -> tuple[Path, str, bool]:
+    """--resume FOLDER checked before anything starts: a comparison's folder asked the same again, or a grid's whose
+    settings' folders each are; the root and run id to go on in."""
+    folder = preflight.writable_dir(folder, "--resume")
+    if not folder.is_dir():
+        raise ConfigError(f"--resume {folder} does not exist; pass the results/<run-id> folder of the stopped run")
+    if len(settings) == 1:
+        resume.check(folder, resume.request(replace(base, **settings[0]), cmp))
+    else:
+        labels = grid.labels(base, settings)
+        for setting, label in zip(settings, labels):
+            if (folder / label).is_dir() and not (folder / label / runs.COMPARISON).exists():
+                resume.check(folder / label, resume.request(replace(base, **setting), cmp))
+        if not any((folder / label).is_dir() for label in labels):
+            raise ConfigError(f"--resume {folder} holds none of this grid's settings ({', '.join(labels[:3])}, …); "
+                              "resume it with the settings it started with, or start a new grid")
+    return folder.parent, folder.name, True
 
 
 def configs(args: argparse.Namespace) -> tuple[CompareConfig, TrainConfig, list[dict[str, Any]]]:

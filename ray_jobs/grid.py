@@ -16,7 +16,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from analysis import report, text, tuning
+from analysis import report, runs, text, tuning
 from contract.comparison import LISTS as OPTIONS
 from contract.comparison import CompareConfig
 from contract.config import AMP, BACKENDS, COMPRESSIONS, ConfigError, TrainConfig
@@ -114,31 +114,40 @@ def _word(value: Any) -> str:
     return str(value).replace(":", "-").replace("/", "-")
 
 
+def labels(base: TrainConfig, grid: list[dict[str, Any]]) -> list[str]:
+    """Each setting's folder in the grid, named after the options the grid varies."""
+    settings = [{name: getattr(replace(base, **setting), name) for name in OPTIONS} for setting in grid]
+    varied = [name for name in OPTIONS if len({setting[name] for setting in settings}) > 1]
+    return [label(setting, varied) for setting in settings]
+
+
 def run(base: TrainConfig, grid: list[dict[str, Any]], cmp: CompareConfig, root: Path, run_id: str = "",
-        **kwargs: Any) -> Path:
+        resume: bool = False, **kwargs: Any) -> Path:
     """One comparison per setting into root/<grid-id>/<setting>/ (grid id: `run_id`, else a timestamp), then
-    grid.json and the tuning report there. A setting that leaves an option out keeps `base`'s value; `kwargs`:
-    orchestrator.compare's."""
+    grid.json and the tuning report there. A setting that leaves an option out keeps `base`'s value; `resume`: go on
+    in that folder, keeping its finished settings and resuming a stopped one; `kwargs`: orchestrator.compare's."""
     configs = [replace(base, **setting) for setting in grid]
     grid = [{name: getattr(cfg, name) for name in OPTIONS} for cfg in configs]
     varied = [name for name in OPTIONS if len({setting[name] for setting in grid}) > 1]
     grid_dir = root / (run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
-    grid_dir.mkdir(parents=True)
-    folders, began = [], time.monotonic()
+    grid_dir.mkdir(parents=True, exist_ok=resume)
+    folders, began, ran = [], time.monotonic(), 0
     log.info("%d setting(s), one whole comparison each; the time they take is known after the first", len(grid))
     for i, (setting, cfg) in enumerate(zip(grid, configs), 1):
         folder = label(setting, varied)
-        if i > 1:  # measured, not guessed: the settings so far, at their pace
-            pace = (time.monotonic() - began) / (i - 1)
-            log.info("setting %d/%d: %s · about %s left for this and the %d after it", i, len(grid), folder,
-                     text.duration(pace * (len(grid) - i + 1)), len(grid) - i)
-        else:
-            log.info("setting %d/%d: %s", i, len(grid), folder)
+        folders.append(folder)
+        if resume and (grid_dir / folder / runs.COMPARISON).exists():
+            log.info("setting %d/%d: %s finished before the grid stopped; kept", i, len(grid), folder)
+            continue
+        pace = f" · about {text.duration((time.monotonic() - began) / ran * (len(grid) - i + 1))} left for this " \
+               f"and the {len(grid) - i} after it" if ran else ""  # measured, not guessed: the settings run so far
+        log.info("setting %d/%d: %s%s", i, len(grid), folder, pace)
         # A link sweep's later rates reuse the same setting's references from its first rate's grid.
         reuse = {"reuse_references": kwargs["reuse_references"] / folder} if kwargs.get("reuse_references") else {}
-        orchestrator.compare(cfg, cmp, grid_dir, run_id=folder, **{**kwargs, **reuse})
+        orchestrator.compare(cfg, cmp, grid_dir, run_id=folder, resume=resume and (grid_dir / folder).is_dir(),
+                             **{**kwargs, **reuse})
         report.render(grid_dir / folder)
-        folders.append(folder)
+        ran += 1
     record = {"schema_version": tuning.SCHEMA_VERSION, "grid_id": grid_dir.name, "varied": varied,
               "settings": [{"folder": f, **s} for f, s in zip(folders, grid)], "workers": list(cmp.worker_counts),
               "repeats": cmp.repeats}
@@ -164,9 +173,10 @@ def best_against_best(record: dict[str, Any], configs: list[TrainConfig], cmp: C
         folder = f"best-{_word(model)}"
         log.info("%s: native at its best (%s) against Horovod at its best (%s)", model, found["native"]["folder"],
                  found["horovod"]["folder"])
-        orchestrator.compare(base, cmp, grid_dir, run_id=folder,
-                             per_backend={b: {k: v for k, v in s.items() if k in OPTIONS} for b, s in chosen.items()},
-                             **{**kwargs, "reuse_references": None})
-        report.render(grid_dir / folder)
+        if not (grid_dir / folder / runs.COMPARISON).exists():  # a resumed grid keeps a finished one
+            orchestrator.compare(base, cmp, grid_dir, run_id=folder, resume=(grid_dir / folder).is_dir(),
+                                 per_backend={b: {k: v for k, v in s.items() if k in OPTIONS}
+                                              for b, s in chosen.items()}, **{**kwargs, "reuse_references": None})
+            report.render(grid_dir / folder)
         out[model] = {"folder": folder, "native": found["native"]["folder"], "horovod": found["horovod"]["folder"]}
     return out

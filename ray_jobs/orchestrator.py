@@ -29,6 +29,7 @@ from launchers import arms
 from launchers.arms import Arm
 from launchers.ray_failures import user_error
 from ray_jobs import progress
+from ray_jobs import resume as resuming
 from runtime import gpus, logs, preflight, space
 from workload import data, tracing
 
@@ -62,6 +63,8 @@ class Plan:
     """--target-ci's second stage per worker count: what the pilot asked for and what was added (execute fills it)."""
     pilot_cut: dict[str, int] | None = None
     """Where --budget-min stopped the pilot: the worker count and the rounds that ran (execute fills it)."""
+    finished: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """With --resume: the runs that finished whole before the comparison stopped, by folder (ray_jobs/resume.py)."""
 
     @property
     def arms(self) -> list[Arm]:
@@ -70,15 +73,16 @@ class Plan:
 
 def compare(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool = True, run_id: str = "",
             network: dict[str, Any] | None = None, reuse_references: Path | None = None,
-            per_backend: dict[str, dict[str, Any]] | None = None) -> Path:
+            per_backend: dict[str, dict[str, Any]] | None = None, resume: bool = False) -> Path:
     """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
     folder. `network`: the simulated link the runs cross (experiments/link_sweep.py), recorded with every run.
     `reuse_references`: a comparison of the same settings (a link sweep's first rate) whose finished single-process
     references stand in for this one's: they never cross a link, so running them again would give the same steps.
     `per_backend`: options each backend runs with instead of `base`'s (a grid's best of each against each other);
-    then no reference runs and parity is not judged, the backends computing differently on purpose."""
+    then no reference runs and parity is not judged, the backends computing differently on purpose. `resume`: go on in
+    root/run_id, keeping the runs that finished whole there (compare --resume)."""
     planned = plan(base, cmp, root, references=references and not per_backend, run_id=run_id, network=network,
-                   reuse_references=reuse_references, per_backend=per_backend)
+                   reuse_references=reuse_references, per_backend=per_backend, resume=resume)
     started = time.monotonic()
     records = execute(planned, started)
     comparison = summarize(planned, records, results.environment(), time.monotonic() - started)
@@ -88,10 +92,13 @@ def compare(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bo
 
 def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool = True, run_id: str = "",
          network: dict[str, Any] | None = None, reuse_references: Path | None = None,
-         per_backend: dict[str, dict[str, Any]] | None = None) -> Plan:
+         per_backend: dict[str, dict[str, Any]] | None = None, resume: bool = False) -> Plan:
     """Everything checked before anything runs, the dataset resolved and Ray joined (where an arm runs on it), the
     folder made, and the runs listed (`runs`)."""
     backends, launchers, workers = list(cmp.backend_names), list(cmp.launcher_names), list(cmp.worker_counts)
+    asked = resuming.request(base, cmp)
+    if resume:
+        resuming.check(root / run_id, asked)
     check_options(base, backends)
     arms.check_available(launchers, backends)
     if base.use_gpu:
@@ -117,7 +124,11 @@ def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool 
                                                 emulate_horovod=base.compression != "none" and "horovod" in backends)
     if not references:
         planned.runs = [run for run in planned.runs if run[1].launcher != "local"]
-    run_dir.mkdir(parents=True)
+    if resume:
+        planned.finished = resuming.finished(run_dir)
+    else:
+        run_dir.mkdir(parents=True)
+        resuming.write_plan(run_dir, asked)
     return planned
 
 
@@ -184,6 +195,11 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
         shown.start()
         if (reused := planned.reused.get((arm.label, n))) is not None:
             records.append(reuse(reused, planned.reuse_from, planned.run_dir, f"[{i}/{len(todo)}]"))
+            continue
+        if (kept := planned.finished.get(run_name(arm, round_, n))) is not None:
+            records.append({**kept, "kept_on_resume": True})
+            log.info("[%d/%d] %s, %d worker(s)%s: finished before the comparison stopped; kept", i, len(todo),
+                     arm.label, n, f", round {round_ + 1}" if arm.launcher != "local" else "")
             continue
         try:
             own = replace(planned.base, **(planned.per_backend or {}).get(arm.backend, {}))
@@ -264,10 +280,11 @@ def model_record(cfg: TrainConfig, records: list[dict[str, Any]]) -> dict[str, A
 
 def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path,
             network: dict[str, Any] | None) -> dict[str, Any]:
-    """One run into its own folder; its record for comparison.json, failed or not."""
-    name = f"{arm.label.replace('/', '-')}-{n}w" + (f"-r{round_}" if arm.launcher != "local" else "")
+    """One run into its own folder; its record for comparison.json, failed or not (and, finished, in the folder's
+    record.json, for a resume)."""
     # Each backend takes the options it has; the others are recorded as not applicable in its results.json.
-    cfg = replace(options.for_backend(base, arm.backend), workers=n, output_dir=str(run_dir / name))
+    cfg = replace(options.for_backend(base, arm.backend), workers=n,
+                  output_dir=str(run_dir / run_name(arm, round_, n)))
     record = {"arm": arm.label, "backend": arm.backend, "launcher": arm.launcher, "workers": n, "round": round_}
     try:
         with logs.to_file(Path(cfg.output_dir) / OUTPUT):
@@ -276,15 +293,22 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path,
             # The driver knows the link the workers crossed; the workers do not.
             doc["network"] = network
             space.write_results(cfg.output_dir, doc)
-        return {**record, "status": "ok", "error": None,
-                "results": str(Path(cfg.output_dir, results.FILENAME).relative_to(run_dir)),
-                "artifacts": sorted(str(p.relative_to(run_dir)) for pattern in ARTIFACTS
-                                    for p in Path(cfg.output_dir).glob(pattern)),
-                **{k: doc.get(k) for k in RUN_KEYS}, **({"network": network} if network else {}),
-                speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]}
+        record = {**record, "status": "ok", "error": None,
+                  "results": str(Path(cfg.output_dir, results.FILENAME).relative_to(run_dir)),
+                  "artifacts": sorted(str(p.relative_to(run_dir)) for pattern in ARTIFACTS
+                                      for p in Path(cfg.output_dir).glob(pattern)),
+                  **{k: doc.get(k) for k in RUN_KEYS}, **({"network": network} if network else {}),
+                  speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]}
+        space.write_json(Path(cfg.output_dir) / resuming.RECORD, record)  # the run is whole: a resume keeps it
+        return record
     except Exception as error:  # noqa: BLE001 - a failed run is recorded in the report, and the rest go on
         message = failure_line(user_error(error) or error, cfg.output_dir)
         return {**record, "status": "failed", "error": message}
+
+
+def run_name(arm: Arm, round_: int, n: int) -> str:
+    """A run's folder: `native-2w-r0`, `reference-2w`."""
+    return f"{arm.label.replace('/', '-')}-{n}w" + (f"-r{round_}" if arm.launcher != "local" else "")
 
 
 def failure_line(error: BaseException, folder: str) -> str:

@@ -69,8 +69,9 @@ def cfg(base_cfg, tmp_path) -> TrainConfig:
 
 
 class RayCluster:
-    def __init__(self, address: str, dashboard: str) -> None:
-        self.address, self.dashboard = address, dashboard
+    def __init__(self, address: str, dashboard: str, session: int = 0) -> None:
+        self.address, self.dashboard, self.session = address, dashboard, session
+        """`session`: the session id every process of the cluster runs in (cluster/own_ray.py)."""
 
 
 @pytest.fixture(scope="session")
@@ -87,7 +88,7 @@ def ray_cluster():
     try:
         cluster.wait_started()
         ray.init(address=cluster.address, log_to_driver=True)
-        yield RayCluster(cluster.address, cluster.dashboard)
+        yield RayCluster(cluster.address, cluster.dashboard, cluster.session.pid)
     finally:
         ray.shutdown()
         cluster.stop()

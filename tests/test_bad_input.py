@@ -39,6 +39,15 @@ def write_checkpoint(directory: Path, epochs: int = 2, backend: str = "native", 
     checkpoint.save(directory, model, torch.optim.SGD(model.parameters(), lr=cfg.lr), history, cfg, backend, launcher)
 
 
+def stopped_comparison(folder: Path) -> None:
+    """The folder of a comparison asked for --repeats 3, stopped before it finished."""
+    from contract.comparison import CompareConfig
+    from ray_jobs import resume
+
+    folder.mkdir(parents=True)
+    resume.write_plan(folder, resume.request(TrainConfig(epochs=2), CompareConfig(repeats=3)))
+
+
 def sweep_with_a_string_rate(folder: Path) -> None:
     """A committed link sweep whose second rate says "1gbit" where its bits per second go."""
     import shutil
@@ -66,6 +75,7 @@ SETUPS = {
     "grid-without-settings": lambda ws: write_file(ws / "run" / "grid.json", json.dumps({
         "schema_version": 1, "grid_id": "x", "varied": ["bucket_mb"], "workers": [2], "repeats": 2}).encode()),
     "network-rate-a-string": lambda ws: sweep_with_a_string_rate(ws / "run"),
+    "stopped-comparison": lambda ws: stopped_comparison(ws / "run"),
     "idx-folder": lambda ws: (ws / "mnist" / "MNIST" / "raw" / "train-images-idx3-ubyte").mkdir(parents=True),
     "truncated-synthetic": lambda ws: truncated_synthetic(ws / "data"),
 }
@@ -274,6 +284,11 @@ TABLE = [
          "grid-without-settings"),
     case("ray_jobs.compare", ["--render", "{ws}/run"], "network.json is damaged: its rate '1gbit' records '1gbit' "
          "bit/s", "network-rate-a-string"),
+    # --resume: the folder of a stopped comparison, asked the same again.
+    case("ray_jobs.compare", ["--resume", "{ws}/run"], "was started with other settings (--repeats 3 -> 6)",
+         "stopped-comparison"),
+    case("ray_jobs.compare", ["--resume", "{ws}"], "no plan.json there, so it is no comparison's folder"),
+    case("ray_jobs.compare", ["--resume", "{ws}/nowhere"], "/nowhere does not exist; pass the results/<run-id> folder"),
     # A comparison that ran nothing renders no verdict, whatever its file claims.
     case("ray_jobs.compare", ["--render", "{ws}/run"], "holds no run, so there is nothing to render",
          "no-runs-comparison"),
@@ -506,7 +521,9 @@ def test_a_local_ray_that_does_not_start_is_one_line_exit_1_and_leaves_no_folder
         made.append(self.folder)
 
     fails = ws / "ray"
-    fails.write_text("#!/bin/sh\necho 'The current node timed out during startup.'\nexit 1\n")
+    # Ray's INFO line after its error: the line named it, not the error.
+    fails.write_text("#!/bin/sh\necho 'RuntimeError: The current node timed out during startup.'\n"
+                     "echo 'Local node IP: 127.0.0.1'\nexit 1\n")
     fails.chmod(0o755)
     monkeypatch.setattr(own_ray, "program", lambda: str(fails))
     monkeypatch.setattr(own_ray.OwnRay, "__init__", recorded)
@@ -523,7 +540,9 @@ def test_a_local_ray_that_does_not_start_is_one_line_exit_1_and_leaves_no_folder
         cli.run(ENTRY_POINTS["ray_jobs.train"])
     err = capsys.readouterr().err
     assert exited.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith("error: the local Ray did not start") and not made[0].exists() and shutdowns == [True]
+    assert err.startswith("error: the local Ray did not start (`ray start` said: RuntimeError: The current node timed "
+                          "out during startup.)")
+    assert not made[0].exists() and shutdowns == [True]
 
 
 def test_a_working_directory_removed_under_the_shell_is_one_line(tmp_path):

@@ -105,3 +105,31 @@ def test_a_run_on_a_shared_machine_leaves_ray_s_state_api_error_out(ray_cluster,
 def short_dir() -> Path:
     """A Ray temp folder short enough for its socket paths (at most 107 bytes), unlike pytest's."""
     return Path(tempfile.mkdtemp(prefix="ray-test-", dir="/tmp"))
+
+
+def test_a_ray_of_the_command_s_own_listens_on_none_of_the_ports_a_user_s_ray_starts_on(ray_cluster):
+    """A user's `ray start --head` beside such a Ray found its dashboard agent's 52365 taken, and `ray job submit`
+    answered "500: No available agent to submit job"; Ray's client server held 10001 too."""
+    import psutil
+
+    from runtime.launch import RAY_DEFAULT_PORTS
+
+    ours = [p for p in psutil.process_iter() if _session(p.pid) == ray_cluster.session]
+    listening = {c.laddr.port for p in ours for c in _connections(p) if c.status == psutil.CONN_LISTEN}
+    assert len(ours) > 3 and listening and not listening & RAY_DEFAULT_PORTS, sorted(listening)
+
+
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def _connections(process):
+    import psutil
+
+    try:
+        return process.net_connections(kind="tcp")
+    except psutil.Error:
+        return []

@@ -414,3 +414,22 @@ def test_a_refused_render_leaves_every_report_and_picture_as_it_was(tmp_path):
     with pytest.raises(ConfigError, match="damaged or from another version"):
         compare.render(tmp_path)
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_a_step_taken_apart_names_only_the_phases_whose_paired_interval_decides():
+    """Native − Horovod per phase, paired by round: forward differs by 10 ms in every round, backward by 1 ± 5 ms."""
+    from tests.helpers import REPO
+
+    comparison = json.loads((REPO / "docs/results/models/model-convnet/comparison.json").read_text())
+    for run in comparison["runs"]:
+        if run["arm"] in ("native", "horovod") and run["status"] == "ok":
+            native, r = run["arm"] == "native", run["round"]
+            run["epochs"][-1]["phases_s"] = {
+                "data": 0.001, "forward": 0.030 + (0.010 if native else 0.0),
+                "backward": 0.050 + (0.001 + (0.005 if r % 2 else -0.005) if native else 0.0), "wait": 0.02,
+                "optimizer": 0.005, "remainder": 0.002, "step": 0.108 + (0.011 if native else 0.0)}
+    markdown = report.report_markdown(comparison)
+    assert "| arm | runs | data | forward | backward | wait | optimizer | remainder | step |" in markdown
+    assert "| native | 6 | 1.0 | 40.0 | " in markdown and "| reference |" not in markdown.split("A step taken")[1][:600]
+    assert "native − horovod, paired by round over 6 round(s)" in markdown
+    assert "Decided: forward +10.0 ms, step" not in markdown and "Decided: forward +10.0 ms (whole intervals" in markdown

@@ -113,6 +113,17 @@ def test_epoch_timing_excludes_warmup_and_reports_shares():
     assert (stats["comm_share"], stats["data_share"]) == (pytest.approx(0.2), pytest.approx(0.1))
 
 
+def test_a_step_is_taken_apart_into_phases_that_add_up_to_it_with_the_remainder():
+    # (data, compute, sync, samples, cpu, forward, backward, optimizer): 10 + 20 wait of a 100 ms step, whose
+    # compute holds 30 forward, 25 backward, 10 optimizer and 5 of zeroing and bookkeeping.
+    row = [0.010, 0.070, 0.020, 100, 0.1, 0.030, 0.025, 0.010]
+    stats = epoch_timing(torch.tensor([[row] * 3, [row] * 3], dtype=torch.float64), warmup_steps=1)
+    assert {k: round(v, 6) for k, v in stats["phases_s"].items()} == {
+        "data": 0.01, "forward": 0.03, "backward": 0.025, "wait": 0.02, "optimizer": 0.01, "step": 0.1,
+        "remainder": 0.005}
+    assert "phases_s" not in epoch_timing(torch.tensor([[row[:5]] * 3]), warmup_steps=1)  # results before phases
+
+
 def test_mean_ci95_is_1_96_standard_deviations():
     mean, ci = mean_ci95(torch.tensor([1.0, 2.0, 3.0, 4.0]))
     assert mean == 2.5 and ci == pytest.approx(1.96 * math.sqrt(5 / 3))

@@ -3,6 +3,8 @@
 import torch
 from torch import Tensor
 
+from contract.phases import STEP_PHASES
+
 
 def percentile(values: Tensor, q: float) -> float:
     return float(torch.quantile(values.double(), q / 100))
@@ -15,11 +17,25 @@ def mean_ci95(values: Tensor) -> tuple[float, float]:
     return float(values.mean()), 1.96 * std
 
 
+PHASE_COLUMNS = {"data": 0, "wait": 2, "forward": 5, "backward": 6, "optimizer": 7}
+"""Where each of contract/phases.py's STEP_PHASES is in a step's row of `times` (trainer._steps)."""
+
+
+def phases(measured: Tensor, step: Tensor) -> dict[str, float]:
+    """Each phase's median over the measured steps of every rank, the median step, and the median of what each step
+    leaves outside the phases (zeroing the gradients, the reference's emulated averaging, bookkeeping)."""
+    columns = [measured[..., column] for column in PHASE_COLUMNS.values()]
+    left = step - torch.stack(columns).sum(0)
+    return {**{name: percentile(measured[..., PHASE_COLUMNS[name]].flatten(), 50) for name in STEP_PHASES},
+            "step": percentile(step.flatten(), 50), "remainder": percentile(left.flatten(), 50)}
+
+
 def epoch_timing(times: Tensor, warmup_steps: int) -> dict[str, float]:
-    """Statistics of one epoch from `times` [world, steps, 4 or 5] holding (data, compute, sync) seconds, the
+    """Statistics of one epoch from `times` [world, steps, 4, 5 or 8] holding (data, compute, sync) seconds, the
     samples each step processed and, in a fifth column, the CPU seconds the rank's process spent in it (every thread:
-    the framework's communication threads too), per rank and step. The first `warmup_steps` steps of the epoch are
-    left out; the launchers refuse epochs that would leave none (runtime/preflight.py).
+    the framework's communication threads too), then forward, backward and optimizer seconds, per rank and step. The
+    first `warmup_steps` steps of the epoch are left out; the launchers refuse epochs that would leave none
+    (runtime/preflight.py).
     """
     assert times.shape[1] > warmup_steps, "preflight.check_epoch_length lets no such epoch through"
     measured = times[:, warmup_steps:]
@@ -45,4 +61,5 @@ def epoch_timing(times: Tensor, warmup_steps: int) -> dict[str, float]:
         "comm_exposed_s": float(measured[..., 2].mean()),
         **({"cpu_s_per_1k_samples": 1000 * float(measured[..., 4].sum()) / max(float(samples.sum()), 1e-12)}
            if times.shape[-1] > 4 else {}),
+        **({"phases_s": phases(measured, step)} if times.shape[-1] > 7 else {}),
     }

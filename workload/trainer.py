@@ -96,6 +96,8 @@ class Trainer:
     """The host's CPU counters and the time when this epoch's steady window began."""
     host: dict[str, float] | None = None
     """This host's CPU counters over the last epoch's steady window (workload/host_load.py)."""
+    parts: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """The last step's forward, backward and optimizer seconds (train_step's, for the epoch's timing)."""
     worker_buffers: list[Tensor] = field(default_factory=list)
     """The reference's simulated workers' BatchNorm buffers, one flat copy each: each worker's forward updates its
     own, as each rank's does."""
@@ -157,9 +159,10 @@ class Trainer:
         }
 
     def _steps(self, epoch: int, steps: int, batches: Iterator[tuple[list[Tensor], ...]]
-               ) -> tuple[list[Tensor], list[tuple[float, float, float, int, float]]]:
-        """The epoch's steps: each one's loss (a tensor: no sync) and its (load, compute, sync seconds, samples, and
-        the CPU seconds of every thread of this process)."""
+               ) -> tuple[list[Tensor], list[tuple[float, ...]]]:
+        """The epoch's steps: each one's loss (a tensor: no sync) and its (load, compute, sync seconds, samples, the
+        CPU seconds of every thread of this process, and forward, backward and optimizer seconds: the step taken
+        apart, contract/phases.py's STEP_PHASES)."""
         losses, times = [], []
         self.host_start = (None, 0.0)
         for step in range(1, steps + 1):
@@ -175,7 +178,7 @@ class Trainer:
             losses.append(loss)
             # The samples this step really processed: a short last batch counts for what it holds.
             times.append((t1 - t0, t2 - t1 - sync_s, sync_s, sum(len(y) for group in groups for _, y in group),
-                          time.process_time() - cpu))
+                          time.process_time() - cpu, *self.parts))
             self.tools.after_step(epoch, step, steps)
             self.stamps.setdefault("first_step_done", time.time())
             if step % self.cfg.log_every == 0 or step == steps:
@@ -192,23 +195,30 @@ class Trainer:
         and the seconds spent waiting for the gradient average.
         """
         self.optimizer.zero_grad()
-        losses = []
+        losses, forward_s, backward_s = [], 0.0, 0.0
         for w, group in enumerate(groups):
             self._own_buffers(w, len(groups))
             for i, (images, labels) in enumerate(group):
                 # All but the last micro-batch only accumulate: one average per step, as with one big batch.
                 with self.sync.no_sync() if i < len(group) - 1 else contextlib.nullcontext():
+                    began = self._now()
                     with self._autocast():
                         loss = F.cross_entropy(self.model(images), labels)
                     scaled = loss / len(group)
+                    forward_done = self._now()
+                    # Backward as the main thread sees it: DDP's bucket hooks and Horovod's per-parameter hooks run in it.
                     (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                    forward_s, backward_s = forward_s + forward_done - began, backward_s + self._now() - forward_done
                 losses.append(loss.detach())
             if self.worker_buffers:
                 self.worker_buffers[w] = _flat(self.module.buffers())
             self.sync.group_done()
         backward_end = self._now()
         sync_s = self.sync.wait(backward_end)
+        stepped = self._now()
         self.sync.step(self._apply)
+        inside = max(0.0, sync_s - (stepped - backward_end))  # a wait the backend counts within backward (DDP's)
+        self.parts = (forward_s, backward_s - inside, self._now() - stepped)
         return torch.stack(losses).float().mean(), sync_s
 
     def _apply(self, optimizer: torch.optim.Optimizer) -> None:
