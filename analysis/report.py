@@ -348,7 +348,8 @@ def phase_differences(comparison: dict[str, Any], workers: int) -> str | None:
     """Native − Horovod per phase, paired by round (the runs of one round ran side by side), with its interval; a
     phase is named as a cause only where the whole interval is on one side of 0."""
     a, b = speed.compared_arms(comparison["settings"]["launchers"])
-    by_round = {arm: {r["round"]: r["epochs"][-1].get("phases_s") for r in runs.finished(comparison, workers).get(arm, [])
+    finished = runs.finished(comparison, workers)
+    by_round = {arm: {r["round"]: r["epochs"][-1]["phases_s"] for r in finished.get(arm, [])
                       if r["epochs"][-1].get("phases_s")} for arm in (a, b)}
     rounds = sorted(set(by_round[a]) & set(by_round[b]))
     if not rounds:
@@ -437,7 +438,8 @@ def setup_line(comparison: dict[str, Any]) -> str:
             f"{cfg['lr']} momentum {cfg['momentum']}, seed {cfg['seed']}, {cfg['threads_per_worker']} torch "
             "thread(s) per worker; the same initial weights and DistributedSampler shards in every run. Launchers: "
             f"{', '.join(s['launchers'])}; every arm ran {runs.rounds(comparison)} time(s) per worker count, the "
-            f"references once{cut_text(s)}; {comparison['wall_time_s'] / 60:.1f} min in all{kept_text(comparison)}. Python {env['python']}, torch "
+            f"references once{cut_text(s)}; {comparison['wall_time_s'] / 60:.1f} min in all{kept_text(comparison)}. "
+            f"Python {env['python']}, torch "
             f"{env['torch']}, torchvision {env['torchvision']}, Ray {env['ray']}, Horovod {env['horovod']}; CPU "
             f"{env['cpu']} ({env['cpu_count']} cores); GPU {gpu_text(env)}; host {env['hostname']}."
             + averaged_by_text(comparison))
@@ -448,8 +450,8 @@ def kept_text(comparison: dict[str, Any]) -> str:
     kept = [r for r in comparison["runs"] if r.get("kept_on_resume")]
     if not kept:
         return ""
-    named = ", ".join(f"{r['arm']} ({r['workers']} worker(s)" + (f", round {r['round'] + 1})" if r["launcher"] != "local"
-                                                                  else ")") for r in kept)
+    named = ", ".join(f"{r['arm']} ({r['workers']} worker(s)"
+                      + (f", round {r['round'] + 1})" if r["launcher"] != "local" else ")") for r in kept)
     return (f" (resumed with --resume: {len(kept)} of its {len(comparison['runs'])} runs had finished before it "
             f"stopped and were kept, each checked against its results.json: {named}; the time is the resumed part's)")
 

@@ -137,8 +137,8 @@ class CompareConfig:
             raise ConfigError(f"--budget-min must be a positive number of minutes up to {MAX_BUDGET_MIN:g} (a week), "
                               f"got {self.budget_min}")
         if self.target_ci and set(self.backend_names) != set(BACKENDS):
-            raise ConfigError("--target-ci sizes native ÷ Horovod; pass --backends native,horovod (or --target-ci 0, as "
-                              "make compare needs for one backend)")
+            raise ConfigError("--target-ci sizes native ÷ Horovod; pass --backends native,horovod (or --target-ci 0, "
+                              "as make compare needs for one backend)")
         if self.target_ci and self.repeats < 3:
             raise ConfigError(f"--target-ci needs a pilot of at least 3 rounds to measure its spread; pass --repeats 3 "
                               f"or more (got {self.repeats})")

@@ -117,8 +117,8 @@ def check_network(name: str, num_classes: int, image_size: int) -> None:
                          "num_classes")
     unused = [n for n, p in network.named_parameters() if p.requires_grad and p.grad is None]
     if unused:
-        raise ValueError(f"--model {name}: {len(unused)} trainable parameter(s) get no gradient ({', '.join(unused[:3])}"
-                         f"{', …' if len(unused) > 3 else ''}), and DDP refuses a network whose forward leaves "
+        raise ValueError(f"--model {name}: {len(unused)} trainable parameter(s) get no gradient "
+                         f"({', '.join(unused[:3])}{', …' if len(unused) > 3 else ''}), and DDP refuses a network whose forward leaves "
                          "parameters unused (find_unused_parameters is off, as in the tutorials): use them in forward, "
                          "or set requires_grad=False on them")
 

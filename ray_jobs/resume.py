@@ -47,7 +47,8 @@ def check(run_dir: Path, asked: dict[str, Any]) -> None:
         saved = json.loads(path.read_text())["request"]
     except FileNotFoundError:
         raise ConfigError(f"--resume {run_dir}: no {PLAN} there, so it is no comparison's folder (or one started "
-                          "before comparisons could resume); pass the results/<run-id> folder of the stopped run") from None
+                          "before comparisons could resume); pass the results/<run-id> folder of the stopped "
+                          "run") from None
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ConfigError(f"--resume {run_dir}: {PLAN} cannot be read ({type(error).__name__}); start a new "
                           "comparison") from None

@@ -1,6 +1,7 @@
 """Whether the kernel's out-of-memory killer ended a process while a run ran. Its victim dies by SIGKILL and says
 nothing; its peers see a lost peer, the launcher a signal. /proc/vmstat's oom_kill counts every such kill on this
-machine, a memory cgroup's included (Linux 4.13 on), so a run that notes it as it starts can name memory as the cause."""
+machine, a memory cgroup's included (Linux 4.13 on), so a run that notes it as it starts can name memory as the
+cause."""
 
 from pathlib import Path
 

@@ -567,8 +567,9 @@ def test_a_working_directory_removed_under_the_shell_is_one_line(tmp_path):
 def test_framework_benchmarks_given_another_script_is_one_line(tmp_path, script, code, says):
     """An empty benchmark script was a traceback (StatisticsError), and so was one that printed no rate."""
     (tmp_path / "bench.py").write_text(script)
-    done = run_command([sys.executable, "tools/framework_benchmarks.py", "--horovod-benchmark", str(tmp_path / "bench.py"),
-                        "--models", "resnet18", "--rounds", "1", "--output-dir", str(tmp_path / "out")],
+    done = run_command([sys.executable, "tools/framework_benchmarks.py", "--horovod-benchmark",
+                        str(tmp_path / "bench.py"), "--models", "resnet18", "--rounds", "1", "--output-dir",
+                        str(tmp_path / "out")],
                        env={"PYTHONPATH": str(REPO)})
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == code and len(lines) == 1 and says in lines[0], done.stderr[-2000:]

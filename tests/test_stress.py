@@ -10,7 +10,8 @@ _spec.loader.exec_module(stress)
 
 JUNIT = """<testsuites><testsuite>
 <testcase classname="tests.test_faults" name="test_a"/>
-<testcase classname="tests.test_faults" name="test_b"><failure message="AssertionError: two lines">x</failure></testcase>
+<testcase classname="tests.test_faults" name="test_b">
+  <failure message="AssertionError: two lines">x</failure></testcase>
 <testcase classname="tests.test_signals" name="test_c"><error message="fixture broke">y</error></testcase>
 <testcase classname="tests.test_signals" name="test_d"><skipped message="no"/></testcase>
 </testsuite></testsuites>"""

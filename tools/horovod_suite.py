@@ -3,6 +3,7 @@
 
     git clone --branch v0.28.1 --depth 1 https://github.com/horovod/horovod ~/horovod
     .venv/bin/python tools/horovod_suite.py --source ~/horovod --runs 4
+    .venv/bin/python tools/horovod_suite.py --resets 1500        # hvd.shutdown() and hvd.init() again, 1500 times
 
 Each run is `horovodrun -np 2` of pytest over the file, every rank writing a JUnit file; a rank that ends without one
 (an abort, a hang cut at --timeout-s) is named with the last test it had started. The suite imports `mock`, the
@@ -12,6 +13,7 @@ age explains are said so (KNOWN); exit 1 where anything else failed.
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,16 +29,24 @@ STARTED = re.compile(r"^\[(\d+)\]<stdout>:(test_torch\.py::\S+)")
 
 def parser() -> argparse.ArgumentParser:
     out = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    out.add_argument("--source", type=Path, required=True, help="a checkout of horovod/horovod at v0.28.1")
+    out.add_argument("--source", type=Path, default=Path("."), help="a checkout of horovod/horovod at v0.28.1")
     out.add_argument("--runs", type=int, default=1, help="full runs of the suite (default: 1)")
     out.add_argument("--np", type=int, default=2, help="ranks (default: 2)")
     out.add_argument("--timeout-s", type=int, default=900, help="a run's bound (default: 900)")
     out.add_argument("--output-dir", type=Path, default=Path("results/horovod-suite"), help="logs and JUnit files")
+    out.add_argument("--resets", type=int, default=0,
+                     help="instead of the suite: this many re-initialisations in one (static) horovodrun, each "
+                          "hvd.shutdown(), hvd.init(), TorchState.sync() and a step's allreduce")
+    out.add_argument("--reset-worker", type=int, help=argparse.SUPPRESS)  # one rank of --resets
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.reset_worker:
+        return reset_worker(args.reset_worker)
+    if args.resets > 0:
+        return resets(args)
     if not (args.source / SUITE).is_file() or args.runs < 1 or args.np < 1:
         print(f"error: --source must hold {SUITE} (a checkout of horovod/horovod at v0.28.1), and --runs and --np be "
               "positive", file=sys.stderr)
@@ -60,10 +70,11 @@ def run(args: argparse.Namespace, index: int) -> tuple[Counter, dict[str, str]]:
         path.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="horovod-suite-") as shim:
         Path(shim, "mock.py").write_text("from unittest.mock import *  # noqa: F401,F403 - Horovod's tests' `mock`\n")
-        command = (f"cd {(args.source / SUITE.parent).resolve()} && PYTHONPATH={shim} exec {sys.executable} -m pytest "
-                   f"-v -p no:cacheprovider {SUITE.name} --junitxml={args.output_dir.resolve()}/run-{index}-rank-"
-                   "$HOROVOD_RANK.xml")
-        horovodrun = str(Path(sys.executable).with_name("horovodrun"))
+        command = (f"cd {(args.source / SUITE.parent).resolve()} && PYTHONPATH={shim}:$PYTHONPATH exec "
+                   f"{sys.executable} -m pytest -v -p no:cacheprovider {SUITE.name} "
+                   f"--junitxml={args.output_dir.resolve()}/run-{index}-rank-$HOROVOD_RANK.xml")
+        beside = Path(sys.executable).with_name("horovodrun")  # this environment's, else the one on PATH
+        horovodrun = str(beside) if beside.exists() else shutil.which("horovodrun") or "horovodrun"
         try:
             done = subprocess.run([horovodrun, "-np", str(args.np), "--gloo", "sh", "-c", command], capture_output=True,
                                   text=True, timeout=args.timeout_s)
@@ -85,6 +96,48 @@ def run(args: argparse.Namespace, index: int) -> tuple[Counter, dict[str, str]]:
             if bad is not None:
                 failures[case.get("name", "?")] = reason((bad.get("message") or "").strip())
     return counts, failures
+
+
+def resets(args: argparse.Namespace) -> int:
+    """--resets N: the ranks' re-initialisations under horovodrun; exit 1 where a rank did not finish them all (its
+    last line: gloo's own, where it says one)."""
+    horovodrun = Path(sys.executable).with_name("horovodrun")
+    try:
+        done = subprocess.run([str(horovodrun if horovodrun.exists() else "horovodrun"), "-np", str(args.np), "--gloo",
+                               sys.executable, __file__, "--reset-worker", str(args.resets)],
+                              capture_output=True, text=True, timeout=args.timeout_s)
+        log = done.stdout + done.stderr
+    except subprocess.TimeoutExpired as expired:
+        log = (expired.stdout or b"").decode(errors="replace") + f"\n(cut at --timeout-s {args.timeout_s})"
+    finished = re.findall(r"rank (\d+): (\d+) resets", log)
+    for rank in range(args.np):
+        said = next((n for r, n in finished if int(r) == rank), None)
+        why = [line.split(">:", 1)[-1].strip() for line in log.splitlines() if line.startswith(f"[{rank}]<stderr>:")
+               and ("what()" in line or "terminate called" in line)]
+        print(f"rank {rank}: {said} of {args.resets} resets" if said else
+              f"rank {rank}: did not finish its resets: {ended(log, rank)}{(': ' + ' '.join(why)) if why else ''}")
+    return 0 if len(finished) == args.np else 1
+
+
+def reset_worker(count: int) -> int:
+    """One rank of --resets: what hvd.elastic runs on a reset, `count` times, and a step's allreduce after each."""
+    import torch
+    import horovod.torch as hvd
+
+    hvd.init()
+    model = torch.nn.Linear(64, 10)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                         named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0)
+    for _ in range(count):
+        hvd.shutdown()
+        hvd.init()
+        state.sync()
+        model(torch.randn(8, 64)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    print(f"rank {hvd.rank()}: {count} resets", flush=True)
+    return 0
 
 
 def reason(message: str) -> str:

@@ -206,7 +206,7 @@ class Trainer:
                         loss = F.cross_entropy(self.model(images), labels)
                     scaled = loss / len(group)
                     forward_done = self._now()
-                    # Backward as the main thread sees it: DDP's bucket hooks and Horovod's per-parameter hooks run in it.
+                    # Backward as the main thread sees it: DDP's bucket hooks and Horovod's parameter hooks run in it.
                     (self.scaler.scale(scaled) if self.scaler else scaled).backward()
                     forward_s, backward_s = forward_s + forward_done - began, backward_s + self._now() - forward_done
                 losses.append(loss.detach())
