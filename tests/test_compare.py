@@ -208,8 +208,10 @@ def test_an_image_model_trains_the_same_under_both_backends_and_is_measured(imag
                    "bit-identical"):
         assert needle in markdown, needle
     # The same parameters evaluate the same: Horovod's and the reference's BatchNorm buffers, each worker's own in
-    # training, averaged over the 2 workers before evaluation (DDP's follow rank 0's batches: its gap is said).
-    assert by_arm["horovod"]["final"] == {**by_arm["reference"]["final"],
-                                          "wall_time_s": by_arm["horovod"]["final"]["wall_time_s"]}
+    # training, averaged over the 2 workers before evaluation (DDP's follow rank 0's batches: its gap is said). The
+    # test loss is summed over other groupings of the test set (each rank its share): equal but for rounding.
+    mine, theirs = by_arm["horovod"]["final"], by_arm["reference"]["final"]
+    assert mine["test_accuracy"] == theirs["test_accuracy"]
+    assert mine["test_loss"] == pytest.approx(theirs["test_loss"], rel=1e-6)
     assert all(by_arm[arm]["buffers_averaged"] for arm in ("native", "horovod", "reference"))
     assert "test accuracy, buffers averaged before evaluation, horovod vs reference: " in markdown

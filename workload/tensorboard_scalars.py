@@ -20,6 +20,8 @@ TAGS = {"train/step_loss", "test/loss", "test/accuracy", "speed/samples_per_s", 
 class Scalars:
     def __init__(self, output_dir: str | Path, steps_done: int) -> None:
         self.output_dir, self.steps_done, self._writer = str(output_dir), steps_done, None
+        # The run's folder from the start of training, without an events file yet: the ranks' heartbeats go in it.
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
 
     @property
     def writer(self):
