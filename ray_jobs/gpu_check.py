@@ -25,6 +25,7 @@ from typing import Any
 from analysis import terminal, tuning
 from contract.comparison import CompareConfig
 from contract.config import ConfigError, TrainConfig
+from contract.errors import RunFailed
 from ray_jobs import compare, grid, orchestrator
 from runtime import cli, preflight
 
@@ -58,7 +59,9 @@ def main() -> int:
     *_, root = checked(argv)
     target = root / "horovod"
     log.info("building Horovod with NCCL into %s (%s)", target, toolchain.why)
-    subprocess.run([sys.executable, str(BUILD), "--sdist", args.sdist, "--target", str(target)], check=True)
+    built = subprocess.run([sys.executable, str(BUILD), "--sdist", args.sdist, "--target", str(target)])
+    if built.returncode:
+        raise RunFailed(f"building Horovod with NCCL failed (exit {built.returncode}; its output is above)")
     use(target)
     return measure(argv)
 
