@@ -94,15 +94,8 @@ def check_network(name: str, num_classes: int, image_size: int) -> None:
     give every trainable parameter a gradient, as DDP requires; a ValueError naming the fix otherwise."""
     import torch
 
-    make = factory(name)
-    try:
-        with torch.device("meta"):
-            network = make(num_classes=num_classes)
-    except Exception as error:  # noqa: BLE001 - whatever the user's factory raises
-        raise ValueError(f"--model {name}: calling it with num_classes={num_classes} raised {_said(error)}; it must "
-                         "take num_classes and return a torch.nn.Module") from None
-    if not isinstance(network, torch.nn.Module):
-        raise ValueError(f"--model {name} returned {type(network).__name__}, not a torch.nn.Module")
+    with torch.device("meta"):
+        network = network_of(name, num_classes)
     try:
         with torch.device("meta"):
             out = network(torch.zeros(2, 3, image_size, image_size))
@@ -117,10 +110,27 @@ def check_network(name: str, num_classes: int, image_size: int) -> None:
                          "num_classes")
     unused = [n for n, p in network.named_parameters() if p.requires_grad and p.grad is None]
     if unused:
-        raise ValueError(f"--model {name}: {len(unused)} trainable parameter(s) get no gradient "
-                         f"({', '.join(unused[:3])}{', …' if len(unused) > 3 else ''}), and DDP refuses a network whose forward leaves "
-                         "parameters unused (find_unused_parameters is off, as in the tutorials): use them in forward, "
+        shown = ", ".join(unused[:3]) + (", …" if len(unused) > 3 else "")
+        raise ValueError(f"--model {name}: {len(unused)} trainable parameter(s) get no gradient ({shown}), and DDP "
+                         "refuses a network whose forward leaves parameters unused (find_unused_parameters is off, as in the tutorials): use them in forward, "
                          "or set requires_grad=False on them")
+
+
+def network_of(name: str, num_classes: int):
+    """The nn.Module a user's `module:factory` returns for `num_classes`, or a ValueError saying what it did instead
+    (on the device torch's context sets: the meta device for check_network, a rank's for workload/model.py)."""
+    import torch
+
+    try:
+        network = factory(name)(num_classes=num_classes)
+    except ValueError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever the user's factory raises
+        raise ValueError(f"--model {name}: calling it with num_classes={num_classes} raised {_said(error)}; it must "
+                         "take num_classes and return a torch.nn.Module") from None
+    if not isinstance(network, torch.nn.Module):
+        raise ValueError(f"--model {name} returned {type(network).__name__}, not a torch.nn.Module")
+    return network
 
 
 def _said(error: BaseException) -> str:

@@ -562,7 +562,8 @@ def test_a_working_directory_removed_under_the_shell_is_one_line(tmp_path):
 @pytest.mark.cluster
 @pytest.mark.parametrize("script, code, says", [
     ("", 2, "is not a file, or an empty one"),
-    ("print('a benchmark of something else')\n", 1, "printed no 'Iter #N: … img/sec per' line, so it measured nothing"),
+    ("print('a benchmark of something else')\n", 1,
+     "printed no 'Iter #N: … img/sec per' line, so it measured nothing"),
 ])
 def test_framework_benchmarks_given_another_script_is_one_line(tmp_path, script, code, says):
     """An empty benchmark script was a traceback (StatisticsError), and so was one that printed no rate."""

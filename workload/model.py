@@ -65,16 +65,9 @@ def build(cfg: TrainConfig) -> nn.Module:
         extra = {"image_size": cfg.image_size} if cfg.model == "vit_b_16" else {}
         return getattr(zoo, cfg.model)(weights=None, num_classes=cfg.num_classes, **extra)
     try:
-        make = models.factory(cfg.model)
-        network = make(num_classes=cfg.num_classes)
+        return models.network_of(cfg.model, cfg.num_classes)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    except Exception as error:  # noqa: BLE001 - whatever the user's factory raises
-        raise ConfigError(f"--model {cfg.model}: calling it with num_classes={cfg.num_classes} raised "
-                          f"{type(error).__name__}: {' '.join(str(error).split())[:160]}") from None
-    if not isinstance(network, nn.Module):
-        raise ConfigError(f"--model {cfg.model} returned {type(network).__name__}, not a torch.nn.Module")
-    return network
 
 
 def describe(network: nn.Module, cfg: TrainConfig) -> dict[str, object]:
