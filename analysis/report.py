@@ -5,7 +5,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from analysis import parity, plots, runs, speed, stats, text
+from analysis import cause, parity, plots, runs, speed, stats, text
 from contract import models
 from contract.config import AA_SUFFIX, BACKENDS, ConfigError
 from contract.phases import STEP_PHASES
@@ -50,7 +50,7 @@ TRACES_NOTE = (
 
 
 def render(run_dir: str | Path) -> str:
-    """Write report.md, verdicts.png, loss.png, throughput.png and overhead.png into run_dir from its
+    """Write report.md, verdicts.png, loss.png, throughput.png, overhead.png and phases.png into run_dir from its
     comparison.json; return the Markdown."""
     run_dir = Path(run_dir)
     comparison = runs.load(run_dir)
@@ -62,6 +62,7 @@ def render(run_dir: str | Path) -> str:
         plots.plot_losses(comparison, run_dir / "loss.png")
         plots.plot_throughput(comparison, run_dir / "throughput.png")
         plots.plot_overhead(comparison, run_dir / "overhead.png")
+        cause.plot_phases(comparison, run_dir / cause.PHASES_PNG)
     except OSError as error:
         raise ConfigError(f"cannot write the report into {run_dir} ({error.strerror or error}); copy comparison.json "
                           "into a writable folder and render that") from None
@@ -322,9 +323,9 @@ def phases_table(comparison: dict[str, Any], workers: int) -> str:
 
 
 def step_table(comparison: dict[str, Any], workers: int) -> str | None:
-    """A step taken apart (contract/phases.py's STEP_PHASES): each arm's median phases in ms, median over its runs of
-    the last epoch's medians over steps and ranks, with what they leave of the step; then native − Horovod per phase,
-    paired by round, with its 95 % interval. None for runs that recorded no phases."""
+    """A step taken apart (contract/phases.py's STEP_PHASES): each arm's phases in ms, the median over its runs of
+    the last epoch's means over the middle half of its steps, with what they leave of the step; then each pair of
+    analysis/cause.py per part, paired by round, with its 95 % interval. None for runs that recorded no phases."""
     found = {arm: [r["epochs"][-1]["phases_s"] for r in arm_runs if r["epochs"][-1].get("phases_s")]
              for arm, arm_runs in runs.finished(comparison, workers).items()}
     found = {arm: values for arm, values in found.items() if values}
@@ -332,39 +333,19 @@ def step_table(comparison: dict[str, Any], workers: int) -> str | None:
         return None
     names = (*STEP_PHASES, "remainder", "step")
     head = f"| arm | runs | {' | '.join(names)} |"
-    lines = ["**A step taken apart** (ms): each phase's median over the last epoch's measured steps and every rank, "
-             "then the median over the arm's runs; the remainder is what a step spends outside the phases (zeroing "
-             "the gradients, bookkeeping; in the reference, its emulated averaging).", "", head,
+    lines = ["**A step taken apart** (ms): each phase's mean over the middle half of the last epoch's measured steps "
+             "of every rank (the quickest and slowest quarter left out, so that the parts add up to the step, which "
+             "medians taken phase by phase do not), then the median over the arm's runs; the remainder "
+             "is what a step spends outside the phases (zeroing the gradients, bookkeeping; in the reference, its "
+             "emulated averaging).", "", head,
              "|" + "---|" * head.count(" | ") + "---|"]
     for arm, values in found.items():
         cells = " | ".join(f"{1000 * statistics.median(v[name] for v in values):.1f}" for name in names)
         lines.append(f"| {arm} | {len(values)} | {cells} |")
-    if paired := phase_differences(comparison, workers):
-        lines += ["", paired]
+    for a, b in cause.pairs(comparison):
+        if found := cause.difference(comparison, workers, a, b):
+            lines += ["", cause.difference_line(a, b, found)]
     return "\n".join(lines)
-
-
-def phase_differences(comparison: dict[str, Any], workers: int) -> str | None:
-    """Native − Horovod per phase, paired by round (the runs of one round ran side by side), with its interval; a
-    phase is named as a cause only where the whole interval is on one side of 0."""
-    a, b = speed.compared_arms(comparison["settings"]["launchers"])
-    finished = runs.finished(comparison, workers)
-    by_round = {arm: {r["round"]: r["epochs"][-1]["phases_s"] for r in finished.get(arm, [])
-                      if r["epochs"][-1].get("phases_s")} for arm in (a, b)}
-    rounds = sorted(set(by_round[a]) & set(by_round[b]))
-    if not rounds:
-        return None
-    cells, decided = [], []
-    for name in (*STEP_PHASES, "remainder", "step"):
-        mean, interval = stats.mean_interval([1000 * (by_round[a][r][name] - by_round[b][r][name]) for r in rounds])
-        cells.append(f"{mean:+.1f}" + (f" ({interval[0]:+.1f} – {interval[1]:+.1f})" if interval else ""))
-        if interval and name != "step" and (interval[0] > 0 or interval[1] < 0):
-            decided.append(f"{name} {mean:+.1f} ms")
-    said = ("; ".join(decided) + " (whole intervals on one side of 0)" if decided else
-            "no phase differs beyond its interval" if len(rounds) > 1 else "one round: no interval")
-    return (f"{a} − {b}, paired by round over {len(rounds)} round(s), ms (95 % CI): "
-            + " | ".join(f"{name} {cell}" for name, cell in zip((*STEP_PHASES, "remainder", "step"), cells))
-            + f". Decided: {said}.")
 
 
 def options_table(comparison: dict[str, Any]) -> str | None:
@@ -405,8 +386,9 @@ def report_markdown(comparison: dict[str, Any]) -> str:
     ranks ran, and how every figure is measured."""
     model = (comparison.get("model") or {}).get("name") or comparison["settings"]["config"].get("model", "convnet")
     verdicts = [verdict_row(f"model {model}", comparison, n) for n in comparison["settings"]["workers"]]
+    notes = [verdict_notes(f"model {model}", comparison, n) for n in comparison["settings"]["workers"]]
     out = [f"# Native DDP or Horovod? Comparison {comparison['run_id']}", "", model_line(comparison), "",
-           VERDICT_HEAD, "|" + "---|" * (VERDICT_HEAD.count("|") - 1), *verdicts, "",
+           VERDICT_HEAD, "|" + "---|" * (VERDICT_HEAD.count("|") - 1), *verdicts, "", *notes, "",
            setup_line(comparison), *chosen_options(comparison)]
     for workers in comparison["settings"]["workers"]:
         out += workers_section(comparison, workers)
@@ -414,22 +396,46 @@ def report_markdown(comparison: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-VERDICT_HEAD = ("| setting | gradient | workers | speed (steady samples/s) | end to end | CPU cost | parity | overlap "
-                "native / Horovod | rounds |")
-"""The verdicts of one comparison in one row: the README's answer table and a grid's first table."""
+VERDICT_HEAD = ("| setting | gradient | workers | steady samples/s, native ÷ Horovod | end to end | CPU per sample | "
+                "efficiency, native / Horovod | parity | rounds |")
+"""The verdicts of one comparison in one row, one short figure per cell (the README's answer table and a grid's
+first table); verdict_notes says each in a sentence beneath."""
+
+
+def short(estimate: dict[str, Any] | None) -> str:
+    """A paired ratio as one figure: `1.14 (1.09–1.20)` where its interval decides, `undecided (0.95–1.06)` where it
+    holds 1, `—` where it was not measured."""
+    if not estimate:
+        return "—"
+    if not estimate.get("ci95"):
+        return f"{estimate['ratio']:.2f} (one round)"
+    lo, hi = estimate["ci95"]
+    return f"{'undecided ' if lo <= 1 <= hi else ''}{estimate['ratio']:.2f} ({lo:.2f}–{hi:.2f})"
 
 
 def verdict_row(setting: str, comparison: dict[str, Any], workers: int) -> str:
-    """`setting`'s verdicts at `workers`, native ÷ Horovod, in VERDICT_HEAD's columns."""
+    """`setting`'s verdicts at `workers` in VERDICT_HEAD's columns: native ÷ Horovod for speed, end to end (runs per
+    second) and CPU per sample (below 1: native uses less), then each backend's samples/s ÷ the ceiling's."""
     key = str(workers)
-    said = {name: (comparison.get(name, {}).get(key) or {}).get("sentence", "—")
-            for name in ("speed", "end_to_end", "cpu_cost")}
-    overlaps = {r["arm"]: overlap_text(r["overlap"]) for r in rows(comparison, workers)}
+    said = {name: short(comparison.get(name, {}).get(key)) for name in ("speed", "end_to_end", "cpu_cost")}
     a, b = speed.compared_arms(comparison["settings"]["launchers"])
+    found = comparison.get("efficiency", {}).get(key, {})
+    efficiency = f"{short(found.get(a))} / {short(found.get(b))}" if found else "—"
     size = comparison.get("model", {}).get("gradient_bytes")
     return (f"| {setting} | {text.size(size) if size else '—'} | {workers} | {said['speed']} | {said['end_to_end']} "
-            f"| {said['cpu_cost']} | {comparison['parity'].get(key, {}).get('verdict', '—')} "
-            f"| {overlaps.get(a, '—')} / {overlaps.get(b, '—')} | {runs.rounds(comparison)} |")
+            f"| {said['cpu_cost']} | {efficiency} | {comparison['parity'].get(key, {}).get('verdict', '—')} "
+            f"| {runs.rounds(comparison)} |")
+
+
+def verdict_notes(setting: str, comparison: dict[str, Any], workers: int) -> str:
+    """verdict_row's figures in words, for the line beneath the table, with each backend's overlap."""
+    key = str(workers)
+    said = [f"{label}: {(comparison.get(name, {}).get(key) or {}).get('sentence', 'not measured')}"
+            for name, label in (("speed", "speed"), ("end_to_end", "end to end"), ("cpu_cost", "CPU per sample"))]
+    overlaps = {r["arm"]: overlap_text(r["overlap"]) for r in rows(comparison, workers)}
+    a, b = speed.compared_arms(comparison["settings"]["launchers"])
+    said.append(f"overlap {a} / {b}: {overlaps.get(a, '—')} / {overlaps.get(b, '—')}")
+    return f"- **{setting}, {workers} worker(s)**: " + "; ".join(said) + "."
 
 
 def setup_line(comparison: dict[str, Any]) -> str:
@@ -506,7 +512,9 @@ def workers_section(comparison: dict[str, Any], workers: int) -> list[str]:
     out = ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), ""]
     if workers == 1:
         out += [ONE_RANK_NOTE, ""]
-    for line in (cost_line(comparison, workers), noise_line(comparison, workers)):
+    for line in (cost_line(comparison, workers), noise_line(comparison, workers),
+                 cause.efficiency_line(comparison, workers), cause.ceilings_line(comparison, workers),
+                 cause.paragraph(comparison, workers)):
         out += [line, ""] if line else []
     failed = any(r["status"] != "ok" for r in comparison["runs"])
     out += [table(comparison, workers) if ran else
@@ -515,8 +523,8 @@ def workers_section(comparison: dict[str, Any], workers: int) -> list[str]:
         out += ["", overhead]
     if ran:
         out += ["", phases_table(comparison, workers)]
-    if step := step_table(comparison, workers):
-        out += ["", step]
+    for part in (step_table(comparison, workers), cause.thread_table(comparison, workers)):
+        out += ["", part] if part else []
     return out + parity_lines(comparison, workers)
 
 
@@ -587,7 +595,9 @@ def definitions(comparison: dict[str, Any]) -> list[str]:
         BN_AVERAGED_NOTE if any(r.get("buffers_averaged") for r in comparison["runs"]) else BN_NOTE, "",
         "Plots: `verdicts.png` (each verdict in words with its 95 % interval, 1.0 marked), `loss.png` (loss per "
         "step, every arm's first run overlaid), `throughput.png` (median steady samples/s by arm and worker count, "
-        "each run a dot), `overhead.png` (where each distributed arm's time goes, from launch to return).", ""]
+        "each run a dot), `overhead.png` (where each distributed arm's time goes, from launch to return), "
+        "`phases.png` (each arm's step as a stacked bar of its phases, the ceiling's beside the backends', with the "
+        "95 % interval of the step on each).", ""]
 
 
 def model_line(comparison: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ import statistics
 from typing import Any
 
 from analysis import stats
-from contract.config import AA_SUFFIX, BACKENDS, OWN_LAUNCHERS
+from contract.config import AA_SUFFIX, BACKENDS, CEILING, OWN_LAUNCHERS
 
 METRIC = "steady_samples_per_s"
 CPU_METRIC = "cpu_s_per_1k_samples"
@@ -23,6 +23,8 @@ OWN_LAUNCHER_ARMS = {f"{backend}/{launcher}": backend for backend, launchers in 
 """Each backend's arms under its own launchers, by label: the backend each trains."""
 DISTRIBUTED_ARMS = (*BACKENDS, *OWN_LAUNCHER_ARMS)
 """The arms that train on more than one process: each backend on Ray, then under its own launcher."""
+CEILINGS = (CEILING, *(f"{CEILING}/{launcher}" for launchers in OWN_LAUNCHERS.values() for launcher in launchers))
+"""The ceiling arms' labels: on Ray, then under each backend's own launcher."""
 BUSY_SHARE = 0.25
 """Share of the cores other processes may take while a run measures before its verdict says so."""
 
@@ -161,4 +163,22 @@ def launcher_overhead(runs: list[dict[str, Any]], workers: int, pilot: int | Non
                 section[name] = estimate_dict(found)
         if len(section) > 2:
             out[vanilla] = section
+    return out
+
+
+def ceiling_of(arm: str) -> str:
+    """The ceiling launched as `arm` is: `ceiling` for an arm on Ray, `ceiling/torchrun` for `native/torchrun`."""
+    return CEILING if "/" not in arm else f"{CEILING}/{arm.split('/', 1)[1]}"
+
+
+def efficiency(runs: list[dict[str, Any]], workers: int, arms: list[str],
+               pilot: int | None = None) -> dict[str, Any]:
+    """Each compared arm's steady samples/s ÷ its ceiling's (the same ranks, launched alike, averaging nothing), paired
+    by round, by arm; with the ceiling's median samples/s. Arms whose ceiling did not run are left out."""
+    out = {}
+    for arm in arms:
+        ceiling = ceiling_of(arm)
+        if found := estimate(runs, workers, arm, ceiling, pilot):
+            _, limit = paired(runs, workers, arm, ceiling, METRIC)
+            out[arm] = {"ceiling": ceiling, "ceiling_samples_per_s": statistics.median(limit), **estimate_dict(found)}
     return out

@@ -7,7 +7,7 @@ from typing import Any
 
 from analysis import runs, speed, stats, text
 
-PLOTS = "verdicts.png, loss.png, throughput.png, overhead.png"
+PLOTS = "verdicts.png, loss.png, throughput.png, overhead.png, phases.png"
 
 
 def summary(comparison: dict[str, Any], run_dir: Path) -> list[str]:
@@ -40,6 +40,10 @@ def per_workers(comparison: dict[str, Any], n: int) -> list[str]:
         out.append(f"end to end (launch to return): {whole['sentence']}")
     if cost := comparison.get("cpu_cost", {}).get(key):
         out.append(f"CPU cost: {cost['sentence']}")
+    if found := comparison.get("efficiency", {}).get(key):
+        out.append("efficiency (samples/s ÷ the ceiling's, nothing averaged): " + ", ".join(
+            f"{arm} {e['ratio']:.2f}" + (f" ({e['ci95'][0]:.2f}–{e['ci95'][1]:.2f})" if e["ci95"] else "")
+            for arm, e in found.items()))
     if floor := comparison.get("noise_floor", {}).get(key):
         widths = [stats.stored_half_width(e) for e in floor.values() if e["ci95"] is not None]
         out.append(f"A/A resolution: ±{100 * max(widths):.1f} %" if widths else "A/A resolution: one round, unknown")
@@ -74,7 +78,7 @@ def check_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], gr
     """The GPU check's one table (ray_jobs/gpu_check.py): per setting and worker count, each backend's mean steady
     samples/s, native ÷ Horovod paired, parity, and what averaged the gradients."""
     out = ["| setting | workers | native samples/s | Horovod samples/s | native ÷ Horovod (95 % CI) | parity "
-           "| averaged by |", "|---|---|---|---|---|---|---|"]
+           "| averaged by | efficiency native / Horovod |", "|---|---|---|---|---|---|---|---|"]
     for setting in grid["settings"]:
         comparison = comparisons[setting["folder"]]
         a, b = speed.compared_arms(comparison["settings"]["launchers"])
@@ -88,5 +92,7 @@ def check_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], gr
                 f" ({answer['ci95'][0]:.3f}–{answer['ci95'][1]:.3f})" if answer["ci95"] else " (one round)")
             parity = comparison["parity"].get(str(n), {}).get("verdict", "not judged")
             by = "/".join(finished[arm][0].get("averaged_by") or "?" if arm in finished else "?" for arm in (a, b))
-            out.append(f"| {named} | {n} | {means[0]} | {means[1]} | {ratio} | {parity} | {by} |")
+            found = comparison.get("efficiency", {}).get(str(n), {})
+            efficiency = " / ".join(f"{found[arm]['ratio']:.2f}" if arm in found else "—" for arm in (a, b))
+            out.append(f"| {named} | {n} | {means[0]} | {means[1]} | {ratio} | {parity} | {by} | {efficiency} |")
     return out + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]

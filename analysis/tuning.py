@@ -165,11 +165,13 @@ def markdown(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> st
 
 def verdict_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
     """One row per setting and worker count: what it compared and each verdict, native ÷ Horovod."""
-    lines = [report.VERDICT_HEAD, "|" + "---|" * (report.VERDICT_HEAD.count("|") - 1)]
+    lines, notes = [report.VERDICT_HEAD, "|" + "---|" * (report.VERDICT_HEAD.count("|") - 1)], []
     for setting in grid["settings"]:
         named = ", ".join(f"{name.replace('_', '-')} {_value(name, setting[name])}" for name in grid["varied"])
-        lines += [report.verdict_row(named, comparisons[setting["folder"]], workers) for workers in grid["workers"]]
-    return "\n".join(lines)
+        for workers in grid["workers"]:
+            lines.append(report.verdict_row(named, comparisons[setting["folder"]], workers))
+            notes.append(report.verdict_notes(named, comparisons[setting["folder"]], workers))
+    return "\n".join([*lines, "", *notes])
 
 
 def render(grid_dir: str | Path) -> str:

@@ -10,7 +10,7 @@ MAX_TARGET_CI = 50.0
 MAX_BUDGET_MIN = 10_080.0
 GROUPS = {
     "what to compare": ("workers", "backends", "launchers", "model", "amp", "compression", "bucket_mb", "model_width",
-                        "cycle_time_ms", "gradient_as_bucket_view", "best_of_each", "aa"),
+                        "cycle_time_ms", "gradient_as_bucket_view", "best_of_each", "no_ceiling", "aa"),
     "how long": ("repeats", "target_ci", "budget_min"),
     "statistics": ("parity_steps", "tolerance", "target_accuracy", "assert_parity"),
     "cluster": ("simulate_nodes", "link_rates"),
@@ -62,6 +62,10 @@ class CompareConfig:
     best_of_each: bool = False
     """After a tuning grid, one more comparison: each backend at its own best setting, interleaved and paired (a fair
     fight is each at its best, not both at one setting)."""
+
+    no_ceiling: bool = False
+    """Leave out the ceiling: the same ranks, launched alike, each training its own shard with no gradient averaging,
+    interleaved with the other arms; each backend's efficiency is its samples/s ÷ the ceiling's."""
 
     aa: bool = False
     """The A/A control: every arm also runs against a twin of itself, interleaved alike; the report gives each A/A

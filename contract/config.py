@@ -14,6 +14,9 @@ OWN_LAUNCHERS = {"native": ("torchrun", "mp.spawn"), "horovod": ("horovodrun",)}
 tutorials' torch.multiprocessing.spawn (native_ddp/spawn.py), Horovod's horovodrun."""
 LAUNCHERS = ("ray", "torchrun", "mp.spawn", "horovodrun")
 """Every launcher an arm can run under: Ray (Ray Train, RayExecutor), and each backend's own."""
+CEILING = "ceiling"
+"""The ceiling arm's label: a backend's ranks under a launcher with no gradient averaging (--no-averaging); under a
+backend's own launcher, `ceiling/<launcher>`."""
 AA_SUFFIX = "-aa"
 """An A/A twin's label: the same arm run again under a name of its own, interleaved beside it, so that the paired
 ratio of an arm with itself measures the noise floor (`compare --aa`)."""
@@ -31,6 +34,10 @@ UPPER_BOUNDS = {"epochs": 10_000, "batch_size": 65_536, "workers": 4096, "grad_a
                 "warmup_steps": 1_000_000, "max_steps_per_epoch": 100_000_000}
 """The largest value of each numeric flag a user could mean (a fusion buffer of 4 GiB, a cycle of a second, a stall
 bound of a day); beyond them a run would fail late (Horovod aborts allocating a 1e9 MiB fusion buffer) or hang."""
+
+
+AVERAGING_ONLY = ("compression", "bucket_mb", "gradient_as_bucket_view", "static_graph", "cycle_time_ms", "autotune")
+"""Options that only shape how gradients are averaged: --no-averaging has none to shape."""
 
 
 class ConfigError(ValueError):
@@ -125,6 +132,10 @@ class TrainConfig:
     """Horovod only: Horovod's Bayesian autotuner of fusion threshold and cycle time; its log lands beside the
     results."""
 
+    no_averaging: bool = False
+    """Each rank trains its own shard alone, with no gradient averaging (neither DDP nor hvd.DistributedOptimizer):
+    the ceiling compare measures each backend's efficiency against; its ranks end with different models."""
+
     trace: bool = False
     """Write a Chrome trace per rank of a few steady-state steps (torch.profiler; Horovod also its timeline)."""
 
@@ -196,6 +207,9 @@ class TrainConfig:
             raise ConfigError(
                 f"--batch-size {self.batch_size} must be divisible by --grad-accumulation {self.grad_accumulation}"
             )
+        if self.no_averaging and (averaging := [n for n in AVERAGING_ONLY if getattr(self, n) != _DEFAULTS[n]]):
+            raise ConfigError(f"--no-averaging averages nothing, so {_flag(averaging[0])} has nothing to act on; "
+                              "drop one of them")
         self._check_model()
 
     def _model_defaults(self) -> None:
@@ -248,6 +262,9 @@ class TrainConfig:
             if values[name]:
                 values[name] = str(Path(values[name]).expanduser().resolve())
         return TrainConfig(**values)
+
+
+_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
 def require_path(path: str, flag: str) -> None:

@@ -8,7 +8,7 @@ only one framework has are refused by the other's entry points and recorded as n
 from dataclasses import fields, replace
 from typing import Any
 
-from contract.config import BACKENDS, ConfigError, TrainConfig
+from contract.config import AVERAGING_ONLY, BACKENDS, ConfigError, TrainConfig
 
 DDP_ONLY = ("gradient_as_bucket_view", "static_graph")
 HOROVOD_ONLY = ("cycle_time_ms", "autotune")
@@ -38,6 +38,7 @@ COMPRESSION_TEXT = {
                 "bfloat16, so no bytes are saved): cast, sum in float32, × 1/N, round to bfloat16",
     },
 }
+CEILING_TEXT = "not applicable: the ceiling averages nothing"
 REFERENCE_ROUNDING = {"reference": "native", "reference-horovod": "horovod"}
 """The single-process references that emulate each backend's gradient arithmetic (workload/compression.py)."""
 
@@ -116,6 +117,8 @@ def effective(cfg: TrainConfig, backend: str) -> dict[str, Any]:
     out["amp"] = "none" if cfg.amp == "none" else f"{cfg.amp} (torch.autocast over forward and loss)"
     if framework != "reference":
         out["trace"] = cfg.trace
+    if cfg.no_averaging:
+        out.update(dict.fromkeys((name for name in AVERAGING_ONLY if name in out), CEILING_TEXT))
     return {name: out[name] for name in SHOWN}
 
 
@@ -136,3 +139,10 @@ def horovod_env(cfg: TrainConfig, output_dir: str) -> dict[str, str]:
     if cfg.trace:
         env["HOROVOD_TIMELINE"] = "DYNAMIC"  # hvd.start_timeline()/stop_timeline() then record only the traced steps
     return env
+
+
+def ceiling(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` for the ceiling arm: the same model, batch, threads and shards, nothing averaged, and so none of the
+    options that shape averaging."""
+    defaults = TrainConfig()
+    return replace(cfg, no_averaging=True, **{name: getattr(defaults, name) for name in AVERAGING_ONLY})

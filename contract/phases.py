@@ -24,3 +24,6 @@ STEP_PHASES = ("data", "forward", "backward", "wait", "optimizer")
 """A training step taken apart, in order (workload/metrics.py's phases_s): waiting for the batch, forward and loss,
 backward as the main thread sees it (DDP's and Horovod's hooks run in it; DDP's exposed wait is taken out of it), the
 exposed wait for the averaged gradients, and the optimizer's step."""
+THREAD_GROUPS = ("training thread", "before the group", "framework", "since training began")
+"""A rank's threads, grouped by what started them (workload/threads.py): the thread that runs the loop, then the
+others by when they first appeared: before the process group, with it, or once training began."""

@@ -17,7 +17,9 @@ def announce(doc: dict[str, Any]) -> None:
 def format_result(doc: dict[str, Any]) -> str:
     env = doc["environment"]
     lines = [
-        f"{doc['backend']} via {doc['launcher']}: {doc['workers']} worker(s), dataset {doc['dataset']}, "
+        f"{doc['backend']} via {doc['launcher']}: {doc['workers']} worker(s)"
+        + (", no gradient averaging (the ceiling)" if doc["config"].get("no_averaging") else "")
+        + f", dataset {doc['dataset']}, "
         f"batch {doc['config']['batch_size']}/worker, lr {doc['config']['lr']}" + _model(doc),
         f"{'epoch':>5} {'train loss':>10} {'test loss':>9} {'test acc':>8} {'samples/s':>10} "
         f"{'step p50':>9} {'step p95':>9} {'comm':>6} {'epoch s':>8}",

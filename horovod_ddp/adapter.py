@@ -25,7 +25,7 @@ from workload import checkpoint, compression, data, tools
 from workload.distributed import DistContext, timed_alone
 from workload.run import build_model, on_main, resume_state, train_and_report
 from workload.tracing import Tracer
-from workload.trainer import Trainer, amp_scaler, build_optimizer, shard_loader
+from workload.trainer import NoAveraging, Trainer, amp_scaler, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -111,13 +111,15 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
     splits = data.load(cfg)
     model = build_model(cfg, ctx.device)
     compressor = compression.horovod_compressor(hvd, cfg.compression)
-    optimizer = hvd.DistributedOptimizer(  # Horovod: allreduces each gradient as backward produces it
-        build_optimizer(model, cfg, ctx.world_size),
-        named_parameters=model.named_parameters(),
-        compression=compressor,
-        backward_passes_per_step=cfg.grad_accumulation,
-        op=hvd.Average,  # Horovod: average, as DDP does
-    )
+    optimizer = build_optimizer(model, cfg, ctx.world_size)
+    if not cfg.no_averaging:  # the ceiling steps each rank on its own gradients
+        optimizer = hvd.DistributedOptimizer(  # Horovod: allreduces each gradient as backward produces it
+            optimizer,
+            named_parameters=model.named_parameters(),
+            compression=compressor,
+            backward_passes_per_step=cfg.grad_accumulation,
+            op=hvd.Average,  # Horovod: average, as DDP does
+        )
     # Restored after wrapping: DistributedOptimizer builds a new optimizer from the param groups, so state
     # loaded into the plain SGD before the wrap would be dropped, and the broadcast would then send zeros.
     history = checkpoint.restore(state, model, optimizer) if state else History()
@@ -129,13 +131,13 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
         log.info("resuming after epoch %d from %s", history.last_epoch, cfg.checkpoint_dir)
     tracer = Tracer(ctx.rank, cfg.warmup_steps, cfg.output_dir, ctx.device,
                     timeline=(hvd.start_timeline, hvd.stop_timeline)) if cfg.trace else None
-    trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer,
-                      sync=HorovodGradientSync(optimizer, model, compressor, ctx), splits=splits,
+    sync = NoAveraging(optimizer) if cfg.no_averaging else HorovodGradientSync(optimizer, model, compressor, ctx)
+    trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer, sync=sync, splits=splits,
                       loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], scaler=amp_scaler(cfg),
                       tools=tools.for_rank(ctx.rank, tracer, watchdog))
     save = checkpoint.directory_saver(ctx.rank, cfg.checkpoint_dir, cfg, "horovod", launcher)
     # Horovod: GPU tensors go over NCCL where it was built with it, CPU tensors over Gloo.
-    averaged_by = "NCCL" if ctx.device.type == "cuda" and hvd.nccl_built() else "Gloo"
+    averaged_by = None if cfg.no_averaging else "NCCL" if ctx.device.type == "cuda" and hvd.nccl_built() else "Gloo"
     return train_and_report(trainer, backend="horovod", launcher=launcher, history=history, restarts=restarts,
                             on_epoch_end=lambda epoch, history: save(epoch, history, model, optimizer),
                             averaged_by=averaged_by)

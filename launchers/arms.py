@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import options, results
-from contract.config import AA_SUFFIX, LAUNCHERS, OWN_LAUNCHERS, ConfigError, TrainConfig
+from contract.config import AA_SUFFIX, CEILING, LAUNCHERS, OWN_LAUNCHERS, ConfigError, TrainConfig
 from contract.errors import RunFailed
 from launchers import on_ray
 from launchers.ray_failures import RayRunOptions
@@ -45,12 +45,15 @@ class Arm:
     launcher: str
     twin: bool = False
     """The A/A twin: the same command as its arm, under a label of its own (compare --aa)."""
+    ceiling: bool = False
+    """The ceiling: this backend's ranks under this launcher, each training alone (--no-averaging)."""
 
     @property
     def label(self) -> str:
-        """`native`, `horovod` (on Ray), `native/torchrun`, `native/mp.spawn`, `horovod/horovodrun`, or a
-        reference's name; an A/A twin's ends in -aa."""
-        label = self.backend if self.launcher in ("ray", "local") else f"{self.backend}/{self.launcher}"
+        """`native`, `horovod` (on Ray), `native/torchrun`, `native/mp.spawn`, `horovod/horovodrun`, `ceiling`,
+        `ceiling/<launcher>`, or a reference's name; an A/A twin's ends in -aa."""
+        name = CEILING if self.ceiling else self.backend
+        label = name if self.launcher in ("ray", "local") else f"{name}/{self.launcher}"
         return label + (AA_SUFFIX if self.twin else "")
 
 
@@ -68,6 +71,19 @@ def for_backends(backends: list[str], launchers: list[str], aa: bool = False) ->
     compared = [Arm(backend, launcher) for launcher in launchers for backend in backends
                 if launcher == "ray" or launcher in OWN_LAUNCHERS[backend]]
     return compared + ([Arm(arm.backend, arm.launcher, twin=True) for arm in compared] if aa else [])
+
+
+def ceilings(backends: list[str], launchers: list[str]) -> list[Arm]:
+    """One ceiling per launcher that runs a compared arm, launched as that launcher's arms are: on Ray through Ray
+    Train's TorchTrainer (RayExecutor where only Horovod is compared), under torchrun and mp.spawn as native's ranks,
+    under horovodrun as Horovod's."""
+    out = []
+    for launcher in launchers:
+        if launcher == "ray":
+            out.append(Arm("native" if "native" in backends else backends[0], launcher, ceiling=True))
+        elif (backend := next(b for b, names in OWN_LAUNCHERS.items() if launcher in names)) in backends:
+            out.append(Arm(backend, launcher, ceiling=True))
+    return out
 
 
 def check_available(launchers: list[str], backends: list[str]) -> None:

@@ -18,7 +18,7 @@ from workload import checkpoint, compression, data, tools
 from workload.distributed import DistContext, timed_alone
 from workload.run import build_model, train_and_report
 from workload.tracing import Tracer
-from workload.trainer import Trainer, amp_scaler, build_optimizer, shard_loader
+from workload.trainer import NoAveraging, Trainer, amp_scaler, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -111,17 +111,21 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
     history = checkpoint.restore(state, model, optimizer) if state else History()
     if history.last_epoch and ctx.is_main:
         log.info("resuming after epoch %d", history.last_epoch)
-    # DDP: wrapping broadcasts rank 0's parameters and buffers, then averages gradients during backward.
-    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-              bucket_cap_mb=cfg.bucket_mb or None,  # DDP: None is its own default (25 MiB)
-              gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph)
+    if cfg.no_averaging:  # the ceiling: the same rank and step, each on its own gradients
+        wrapped, sync = model, NoAveraging(optimizer)
+    else:
+        # DDP: wrapping broadcasts rank 0's parameters and buffers, then averages gradients during backward.
+        wrapped = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+                      bucket_cap_mb=cfg.bucket_mb or None,  # DDP: None is its own default (25 MiB)
+                      gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph)
+        sync = DDPGradientSync(wrapped, optimizer, cfg.compression, ctx)
     tracer = Tracer(ctx.rank, cfg.warmup_steps, cfg.output_dir, ctx.device) if cfg.trace else None
-    trainer = Trainer(ctx=ctx, cfg=cfg, model=ddp, module=model, optimizer=optimizer,
-                      sync=DDPGradientSync(ddp, optimizer, cfg.compression, ctx), splits=splits,
+    trainer = Trainer(ctx=ctx, cfg=cfg, model=wrapped, module=model, optimizer=optimizer, sync=sync, splits=splits,
                       loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], scaler=amp_scaler(cfg),
                       tools=tools.for_rank(ctx.rank, tracer, watchdog))
     return train_and_report(
         trainer, backend="native", launcher=launcher, history=history, restarts=restarts,
         on_epoch_end=lambda epoch, history: save_checkpoint(epoch, history, model, optimizer),
-        averaged_by="NCCL" if dist.get_backend() == "nccl" else "Gloo",  # DDP: the process group's
+        # DDP: the process group's library; the ceiling averages nothing.
+        averaged_by=None if cfg.no_averaging else "NCCL" if dist.get_backend() == "nccl" else "Gloo",
     )

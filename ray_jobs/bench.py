@@ -97,7 +97,8 @@ def parser() -> cli.Parser:
 
 def main() -> int:
     args = parser().parse_args()
-    cmp = CompareConfig(workers=args.workers, repeats=args.repeats, launchers=",".join(LAUNCHERS), aa=args.aa)
+    cmp = CompareConfig(workers=args.workers, repeats=args.repeats, launchers=",".join(LAUNCHERS), aa=args.aa,
+                        no_ceiling=True)  # the launchers' costs, not the backends' distance from the limit
     base = flags.from_args(args, TrainConfig, workers=1, output_dir=".")
     root = preflight.writable_dir(args.output_dir, "--output-dir")
     run_dir = orchestrator.compare(base, cmp, root, references=False)

@@ -114,9 +114,10 @@ def parser() -> cli.Parser:
     for title, names in GROUPS.items():
         flags.add(out.add_argument_group(title), CompareConfig, only=names, aliases={"model": "--models"},
                   bare={"gradient_as_bucket_view": "on"})
-    # Every run starts fresh in its own folder: a shared --checkpoint-dir would resume one run from another's.
+    # Every run starts fresh in its own folder: a shared --checkpoint-dir would resume one run from another's; the
+    # ceiling is an arm of its own (--no-ceiling leaves it out), not a setting of every run.
     flags.add(out.add_argument_group("training (every run)"), TrainConfig,
-              exclude=("workers", "output_dir", "checkpoint_dir", *LISTS),
+              exclude=("workers", "output_dir", "checkpoint_dir", "no_averaging", *LISTS),
               defaults={"epochs": orchestrator.DEFAULT_EPOCHS})
     # Set by the link sweep for the driver it runs inside node 0.
     out.add_argument("--network", type=json.loads, help=argparse.SUPPRESS)

@@ -68,7 +68,10 @@ class Plan:
 
     @property
     def arms(self) -> list[Arm]:
-        return arms.for_backends(list(self.cmp.backend_names), list(self.cmp.launcher_names), self.cmp.aa)
+        """The compared arms (A/A twins with --aa), then the ceilings unless --no-ceiling."""
+        backends, launchers = list(self.cmp.backend_names), list(self.cmp.launcher_names)
+        return (arms.for_backends(backends, launchers, self.cmp.aa)
+                + ([] if self.cmp.no_ceiling else arms.ceilings(backends, launchers)))
 
 
 def compare(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool = True, run_id: str = "",
@@ -226,7 +229,7 @@ def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[st
     pilot = cmp.repeats if cmp.target_ci else None
     both = set(backends) == set(BACKENDS)
     out: dict[str, dict[str, Any]] = {k: {} for k in ("parity", "speed", "end_to_end", "launcher_overhead",
-                                                       "noise_floor", "cpu_cost", "noise_floor_cpu")}
+                                                       "noise_floor", "cpu_cost", "noise_floor_cpu", "efficiency")}
     for n in cmp.worker_counts:
         key = str(n)
         if not planned.per_backend:
@@ -237,6 +240,8 @@ def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[st
             out["end_to_end"][key] = whole
         if both and (cost := speed.cpu_cost(records, n, launchers, pilot)):
             out["cpu_cost"][key] = cost
+        if found := speed.efficiency(records, n, compared, pilot):
+            out["efficiency"][key] = found
         if overhead := speed.launcher_overhead(records, n, pilot):
             out["launcher_overhead"][key] = overhead
         for name, metric in (("noise_floor", speed.METRIC), ("noise_floor_cpu", speed.CPU_METRIC)):
@@ -260,7 +265,7 @@ def settings(planned: Plan) -> dict[str, Any]:
     """comparison.json's `settings`: how the comparison was asked for."""
     cmp = planned.cmp
     return {"config": planned.base.to_dict(), "workers": list(cmp.worker_counts), "backends": list(cmp.backend_names),
-            "launchers": list(cmp.launcher_names), "repeats": cmp.repeats, "aa": cmp.aa,
+            "launchers": list(cmp.launcher_names), "repeats": cmp.repeats, "aa": cmp.aa, "ceiling": not cmp.no_ceiling,
             "target_ci": cmp.target_ci / 100, "budget_s": 60 * cmp.budget_min if cmp.target_ci else None,
             "parity_steps": cmp.parity_steps, "tolerance": cmp.tolerance, "target_accuracy": cmp.target_accuracy,
             "speed_metric": speed.METRIC, **({"per_backend": planned.per_backend} if planned.per_backend else {}),
@@ -283,7 +288,8 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path,
     """One run into its own folder; its record for comparison.json, failed or not (and, finished, in the folder's
     record.json, for a resume)."""
     # Each backend takes the options it has; the others are recorded as not applicable in its results.json.
-    cfg = replace(options.for_backend(base, arm.backend), workers=n,
+    own = options.for_backend(base, arm.backend)
+    cfg = replace(options.ceiling(own) if arm.ceiling else own, workers=n,
                   output_dir=str(run_dir / run_name(arm, round_, n)))
     record = {"arm": arm.label, "backend": arm.backend, "launcher": arm.launcher, "workers": n, "round": round_}
     try:

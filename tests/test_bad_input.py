@@ -169,6 +169,12 @@ TABLE = [
     case("ray_jobs.train", ["--backend", "horovod", "--static-graph"], "--static-graph is a DDP option"),
     case("ray_jobs.train", ["--amp", "fp16"], "--amp fp16 needs a GPU (--use-gpu) and a GradScaler; on CPU use"),
     case("ray_jobs.train", ["--compression", "int8"], "--compression must be one of none, fp16, bf16"),
+    # The ceiling averages nothing: an option that shapes the averaging has nothing to act on.
+    case("native_ddp.train", ["--no-averaging", "--compression", "fp16"],
+         "--no-averaging averages nothing, so --compression has nothing to act on"),
+    case("horovod_ddp.train", ["--no-averaging", "--cycle-time-ms", "5"],
+         "--no-averaging averages nothing, so --cycle-time-ms has nothing to act on"),
+    case("ray_jobs.compare", ["--no-averaging"], "unrecognized arguments: --no-averaging"),
     # Paths: checked before training, not at the end of it.
     case("ray_jobs.train", ["--output-dir", "{ws}/a-file"], "is a file, not a folder"),
     case("ray_jobs.train", ["--output-dir", "{ws}/a-file/out"], "cannot be a folder"),
@@ -560,17 +566,19 @@ def test_a_working_directory_removed_under_the_shell_is_one_line(tmp_path):
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("script, code, says", [
-    ("", 2, "is not a file, or an empty one"),
-    ("print('a benchmark of something else')\n", 1,
+@pytest.mark.parametrize("script, extra, code, says", [
+    ("", [], 2, "is not a file, or an empty one"),
+    ("print('a benchmark of something else')\n", [], 1,
      "printed no 'Iter #N: … img/sec per' line, so it measured nothing"),
+    ("print('no image shape here')\n", ["--image-size", "32"], 2,
+     "does not hold its image shape `224, 224` once, so it cannot be resized; run at --image-size 224"),
 ])
-def test_framework_benchmarks_given_another_script_is_one_line(tmp_path, script, code, says):
+def test_framework_benchmarks_given_another_script_is_one_line(tmp_path, script, extra, code, says):
     """An empty benchmark script was a traceback (StatisticsError), and so was one that printed no rate."""
     (tmp_path / "bench.py").write_text(script)
     done = run_command([sys.executable, "tools/framework_benchmarks.py", "--horovod-benchmark",
                         str(tmp_path / "bench.py"), "--models", "resnet18", "--rounds", "1", "--output-dir",
-                        str(tmp_path / "out")],
+                        str(tmp_path / "out"), *extra],
                        env={"PYTHONPATH": str(REPO)})
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == code and len(lines) == 1 and says in lines[0], done.stderr[-2000:]

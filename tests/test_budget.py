@@ -16,7 +16,7 @@ def record(arm: Arm, round_: int, n: int, *args) -> dict:
 
 def test_a_pilot_past_the_budget_stops_at_the_end_of_a_round_and_says_how_many_ran(monkeypatch, tmp_path):
     monkeypatch.setattr(orchestrator, "run_one", record)
-    cmp = CompareConfig(repeats=4, target_ci=3, budget_min=1)
+    cmp = CompareConfig(repeats=4, target_ci=3, budget_min=1, no_ceiling=True)
     planned = orchestrator.Plan(TrainConfig(), cmp, Path(tmp_path), [], [])
     planned.runs, _ = orchestrator.runs([2], planned.arms, cmp.repeats)
     records, spent = [], {}

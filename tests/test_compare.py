@@ -26,7 +26,8 @@ def comparison_dir(ray_cluster, base_cfg, tmp_path_factory):
     root = tmp_path_factory.mktemp("compare")
     litter = set(Path(tempfile.gettempdir()).glob("torchelastic_*"))
     run_dir = orchestrator.compare(base_cfg, CompareConfig(parity_steps=30, target_accuracy=0.9, repeats=2,
-                                                           launchers="ray,torchrun,horovodrun"), root)
+                                                           launchers="ray,torchrun,horovodrun", no_ceiling=True),
+                                    root)
     report.render(run_dir)
     LEFT_BY_TORCHRUN.extend(set(Path(tempfile.gettempdir()).glob("torchelastic_*")) - litter)
     return run_dir
@@ -139,7 +140,8 @@ def test_a_failed_run_is_reported_and_sets_the_exit_code(ray_cluster, base_cfg, 
 
     monkeypatch.setattr(arms, "run", horovod_breaks)
     monkeypatch.setattr(sys, "argv", ["compare", "--workers", "1", "--backends", "horovod", "--epochs", "1",
-                                      "--repeats", "1", "--output-dir", str(tmp_path), *data_flags(base_cfg)])
+                                      "--repeats", "1", "--no-ceiling", "--output-dir", str(tmp_path),
+                                      *data_flags(base_cfg)])
     assert compare.main() == 1
     (run_dir,) = tmp_path.iterdir()
     comparison = runs.load(run_dir)
@@ -177,8 +179,9 @@ def test_unwritable_output_dir_is_one_line(base_cfg, tmp_path):
 
 @pytest.fixture(scope="module")
 def image_comparison_dir(ray_cluster, base_cfg, tmp_path_factory):
-    """One small comparison of an image model (torchvision's resnet18, 45 MB of gradient) on Ray, one round: what
-    a team's model meets that the ConvNet's 116 KB cannot show (several DDP buckets, Horovod's fusion)."""
+    """One small comparison of an image model (torchvision's resnet18, 45 MB of gradient) on Ray, one round, beside
+    its ceiling: what a team's model meets that the ConvNet's 116 KB cannot show (several DDP buckets, Horovod's
+    fusion), and how far each backend is from the same ranks averaging nothing."""
     cfg = TrainConfig(model="resnet18", data_dir=base_cfg.data_dir, epochs=1, warmup_steps=3, max_steps_per_epoch=8,
                       synthetic_train_size=512, synthetic_test_size=64, log_every=10)
     root = tmp_path_factory.mktemp("compare-image")
@@ -215,3 +218,31 @@ def test_an_image_model_trains_the_same_under_both_backends_and_is_measured(imag
     assert mine["test_loss"] == pytest.approx(theirs["test_loss"], rel=1e-6)
     assert all(by_arm[arm]["buffers_averaged"] for arm in ("native", "horovod", "reference"))
     assert "test accuracy, buffers averaged before evaluation, horovod vs reference: " in markdown
+
+
+def test_the_ceiling_runs_beside_the_backends_and_each_backend_s_step_is_taken_apart(image_comparison_dir):
+    comparison = runs.load(image_comparison_dir)
+    by_arm = {r["arm"]: r for r in comparison["runs"]}
+    ceiling = by_arm["ceiling"]
+    assert (ceiling["backend"], ceiling["launcher"], ceiling["averaged_by"]) == ("native", "ray", None)
+    assert not ceiling["parameters_identical_across_ranks"]  # each rank trained its own model
+    assert results.read(image_comparison_dir / ceiling["results"])["config"]["no_averaging"]
+    assert not any("ceiling" in pair for pair in comparison["parity"]["2"]["max_abs_step_loss_difference"])
+    found = comparison["efficiency"]["2"]
+    for arm in ("native", "horovod"):
+        expected = stats.paired_ratio([by_arm[arm]["steady_samples_per_s"]], [ceiling["steady_samples_per_s"]])
+        assert found[arm]["ratio"] == pytest.approx(expected.ratio) and found[arm]["ceiling"] == "ceiling"
+    for arm in ("native", "horovod", "ceiling"):
+        last = by_arm[arm]["epochs"][-1]
+        parts = last["phases_s"]
+        assert sum(parts[name] for name in phases.STEP_PHASES) == pytest.approx(parts["step"] - parts["remainder"])
+        assert 0 <= parts["remainder"] <= 0.05 * parts["step"], (arm, parts)  # the phases hold the step
+        by_thread = last["cpu_s_per_1k_by_thread"]
+        assert by_thread["groups"] == list(phases.THREAD_GROUPS) and len(by_thread["per_rank"]) == 2
+        assert by_thread["all_ranks"][0] > 0 and min(by_thread["all_ranks"]) >= 0, (arm, by_thread)
+    assert ceiling["epochs"][-1]["phases_s"]["wait"] == 0
+    markdown = (image_comparison_dir / "report.md").read_text()
+    for needle in ("**Efficiency** (steady samples/s ÷ the ceiling's", "**Why** (a part is named only", "| ceiling |",
+                   "native − ceiling, paired by round", "**CPU by thread**", "parity does not apply to it"):
+        assert needle in markdown, needle
+    assert (image_comparison_dir / "phases.png").read_bytes().startswith(b"\x89PNG")

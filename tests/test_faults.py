@@ -372,7 +372,8 @@ def test_a_comparison_killed_while_an_arm_trains_under_its_own_launcher_takes_th
     pids.mkdir()
     out = tmp_path / "cmp"
     command = [str(BIN / "python"), "-m", "ray_jobs.compare", "--launchers", "torchrun", "--backends", "native",
-               "--workers", "2", "--repeats", "1", "--epochs", "3", *data_flags(trial_cfg), "--output-dir", str(out)]
+               "--workers", "2", "--repeats", "1", "--no-ceiling", "--epochs", "3", *data_flags(trial_cfg),
+               "--output-dir", str(out)]
     compare = subprocess.Popen(command, env={**os.environ, faults.ENV: f"pids={pids}"}, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[1])
     deadline = time.monotonic() + 180

@@ -138,7 +138,7 @@ def test_a_network_that_drops_is_recorded_so_and_its_parity_fail_says_why():
     assert "dropout" not in describe(build(tiny), tiny)
     with torch.device("meta"):  # torchvision's vit_b_16 builds its Dropout layers with p = 0.0
         assert "dropout" not in describe(build(TrainConfig(model="vit_b_16")), TrainConfig(model="vit_b_16"))
-    comparison = json.loads((REPO / "docs/results/models/model-convnet/comparison.json").read_text())
+    comparison = json.loads((REPO / "docs/results/models-xeon-2026-11-25/model-convnet/comparison.json").read_text())
     comparison["model"]["dropout"] = True
     assert report.DROPOUT_NOTE not in report.report_markdown(comparison)  # PASS: nothing to explain
     comparison["parity"]["2"]["verdict"] = "FAIL"

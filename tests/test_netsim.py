@@ -176,8 +176,8 @@ def sweep(base_cfg, tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
     cfg = base_cfg
     result = run_module("ray_jobs.compare", "--simulate-nodes", "2", "--link-rates", RATES, "--model-width", str(WIDTH),
-                        "--workers", "2", "--repeats", "1", "--epochs", "1", "--max-steps-per-epoch", "15",
-                        *data_flags(cfg),
+                        "--workers", "2", "--repeats", "1", "--no-ceiling", "--epochs", "1", "--max-steps-per-epoch",
+                        "15", *data_flags(cfg),
                         "--output-dir", str(out), timeout=1500)
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
     (sweep_dir,) = [p for p in out.iterdir() if p.is_dir()]
@@ -286,7 +286,7 @@ def test_an_interrupted_sweep_leaves_no_namespace_link_or_ray_process(base_cfg, 
     log = (tmp_path / "output.log").open("w")  # a pipe nobody reads would fill and stop the run
     proc = subprocess.Popen(
         [sys.executable, "-m", "ray_jobs.compare", "--simulate-nodes", "2", "--link-rates", "20mbit", "--repeats", "1",
-         "--epochs", "1", *data_flags(base_cfg), "--output-dir", str(tmp_path / "out")],
+         "--no-ceiling", "--epochs", "1", *data_flags(base_cfg), "--output-dir", str(tmp_path / "out")],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 240
     try:

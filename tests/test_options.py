@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from analysis import report, runs, tuning
+from contract import options
 from contract.comparison import CompareConfig
 from ray_jobs import grid, orchestrator
 
@@ -30,6 +31,7 @@ def small(base_cfg, **options):
 def run_compare(cfg, root, launchers, **kwargs):
     """One round: parity and the options applied are the same in every round (the speed is not asked here)."""
     kwargs.setdefault("repeats", 1)
+    kwargs.setdefault("no_ceiling", True)
     run_dir = orchestrator.compare(cfg, CompareConfig(parity_steps=20, target_accuracy=0.9,
                                                       launchers=",".join(launchers), **kwargs), root)
     report.render(run_dir)
@@ -73,8 +75,30 @@ VANILLA_ARMS = {"native/torchrun": "native", "horovod/horovodrun": "horovod"}
 
 @pytest.mark.parametrize("name", [name for name in OPTION_SETS if name != "fp16-compression-and-accumulation"])
 def test_each_option_trains_both_backends_as_their_reference_does(base_cfg, tmp_path, name):
-    comparison, run_dir = run_compare(small(base_cfg, **OPTION_SETS[name]), tmp_path, VANILLA)
+    with_ceiling = name == CEILING_SET
+    comparison, run_dir = run_compare(small(base_cfg, **OPTION_SETS[name]), tmp_path, VANILLA,
+                                      no_ceiling=not with_ceiling)
     _assert_like_their_references(comparison, run_dir, name, VANILLA_ARMS)
+    if with_ceiling:
+        _assert_the_ceilings_average_nothing(comparison)
+        assert "**The runtimes alone**: ceiling/horovodrun ÷ ceiling/torchrun" in (run_dir / "report.md").read_text()
+
+
+CEILING_SET = "bf16-autocast-buckets-and-framework-knobs"
+"""The option set whose comparison runs the ceilings too: under torchrun as DDP's ranks, under horovodrun as Horovod's,
+each with the workload's options (bf16 autocast) and none of the averaging's (buckets, cycle time, static graph)."""
+
+
+def _assert_the_ceilings_average_nothing(comparison):
+    by_arm = {r["arm"]: r for r in comparison["runs"]}
+    for arm, backend in (("ceiling/torchrun", "native"), ("ceiling/horovodrun", "horovod")):
+        run = by_arm[arm]
+        assert (run["status"], run["backend"], run["averaged_by"]) == ("ok", backend, None), run
+        assert run["options"]["amp"].startswith("bf16") and run["options"]["bucket_mb"] == options.CEILING_TEXT
+        assert not run["parameters_identical_across_ranks"] and run["epochs"][-1]["phases_s"]["wait"] == 0
+        assert run["overlap"] is None  # nothing was averaged, so nothing was hidden
+    assert set(comparison["efficiency"]["2"]) == {"native/torchrun", "horovod/horovodrun"}
+    assert comparison["efficiency"]["2"]["horovod/horovodrun"]["ceiling"] == "ceiling/horovodrun"
 
 
 def test_the_options_run_under_every_launcher_and_parity_names_the_rounding_order(ray_cluster, base_cfg, tmp_path):
@@ -104,7 +128,8 @@ def test_a_traced_tuning_grid_writes_its_table_and_links_every_trace(base_cfg, t
     cfg = replace(small(base_cfg), trace=True)
     settings = [{"compression": "none", "bucket_mb": b} for b in (0.01, 25.0)]
     grid_dir = grid.run(cfg, settings, CompareConfig(parity_steps=20, target_accuracy=0.9, repeats=1,
-                                                     launchers=",".join(VANILLA)), tmp_path, references=False)
+                                                     launchers=",".join(VANILLA), no_ceiling=True), tmp_path,
+                        references=False)
     saved, comparisons = tuning.load(grid_dir)
     assert saved["varied"] == ["bucket_mb"] and list(comparisons) == ["bucket-mb-0.01", "bucket-mb-25"]
     markdown = (grid_dir / "report.md").read_text()

@@ -420,7 +420,7 @@ def test_a_step_taken_apart_names_only_the_phases_whose_paired_interval_decides(
     """Native − Horovod per phase, paired by round: forward differs by 10 ms in every round, backward by 1 ± 5 ms."""
     from tests.helpers import REPO
 
-    comparison = json.loads((REPO / "docs/results/models/model-convnet/comparison.json").read_text())
+    comparison = json.loads((REPO / "docs/results/models-xeon-2026-11-25/model-convnet/comparison.json").read_text())
     for run in comparison["runs"]:
         if run["arm"] in ("native", "horovod") and run["status"] == "ok":
             native, r = run["arm"] == "native", run["round"]

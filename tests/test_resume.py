@@ -42,7 +42,7 @@ def test_only_runs_whose_record_agrees_with_their_results_are_kept_the_rest_run_
 
 @pytest.mark.cluster
 def test_a_comparison_sigkilled_midway_resumes_keeping_its_finished_runs(base_cfg, tmp_path):
-    args = ["--launchers", "torchrun,horovodrun", "--workers", "1", "--repeats", "2", "--epochs", "1",
+    args = ["--launchers", "torchrun,horovodrun", "--workers", "1", "--repeats", "2", "--no-ceiling", "--epochs", "1",
             "--max-steps-per-epoch", "12", "--parity-steps", "12", *data_flags(base_cfg), "--output-dir", str(tmp_path)]
     killed = subprocess.Popen([sys.executable, "-m", "ray_jobs.compare", *args], cwd=REPO, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -150,7 +150,7 @@ def test_an_interrupted_comparison_says_which_runs_had_finished(base_cfg, tmp_pa
     with pytest.raises(KeyboardInterrupt, match=r"^1 run\(s\) of this comparison had finished, the next had not; "
                                                  rf"their folders stay in {tmp_path}/cmp$"):
         orchestrator.compare(base_cfg, CompareConfig(parity_steps=10, target_accuracy=0.9, backends="native",
-                                                     launchers="torchrun"), tmp_path, run_id="cmp")
+                                                     launchers="torchrun", no_ceiling=True), tmp_path, run_id="cmp")
 
 
 def _command(main_body: str) -> subprocess.Popen:

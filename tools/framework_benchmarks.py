@@ -8,6 +8,8 @@
 Horovod's script is not shipped with its package: take it from a clone of github.com/horovod/horovod (tag v0.28.1).
 It runs as written, so both sides take its shape: 3 x 224 x 224 images of 1000 classes, batch 32 per worker, plain
 SGD (no momentum) at 0.01 x the world size, one torch thread per worker (OMP_NUM_THREADS=1, which its script reads).
+With --image-size N (the comparison's default is 32, where a fixed cost per step weighs 30 times what it does at 224)
+a copy of its script runs with its one `224, 224` made `N, N`, and nothing else changed.
 Each figure is the median over a run's measured batches of total img/s: Horovod's script prints one rate per
 iteration of --batches-per-iter batches, this project's arms one per step (steady_samples_per_s). The project's arms
 also load each batch from a DataLoader over synthetic images, time every step and run the comm hook that times
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from analysis import stats
 from contract import results
-from contract.config import ConfigError
+from contract.config import MAX_IMAGE_SIZE, MIN_IMAGE_SIZE, ConfigError
 from contract.errors import RunFailed
 from launchers import arms
 from runtime import cli, space
@@ -35,6 +37,8 @@ log = logging.getLogger(__name__)
 ARMS = ("horovod: theirs", "horovod: ours", "native: plain DDP", "native: ours")
 PLAIN_DDP = Path(__file__).with_name("plain_ddp_benchmark.py")
 ITER = re.compile(r"Iter #\d+: ([\d.]+) img/sec per")
+THEIRS_SIZE, THEIRS_SHAPE = 224, "224, 224"
+"""The image side Horovod's script is written for, and how its one line of random images says it."""
 
 
 def parser() -> cli.Parser:
@@ -47,6 +51,8 @@ def parser() -> cli.Parser:
     out.add_argument("--warmup-batches", type=int, default=3, help="batches left out (default: 3)")
     out.add_argument("--batches-per-iter", type=int, default=4, help="batches per Horovod iteration (default: 4)")
     out.add_argument("--iters", type=int, default=5, help="Horovod iterations measured (default: 5)")
+    out.add_argument("--image-size", type=int, default=224, help="3 x this x this images on every side (default: 224, "
+                     "Horovod's script as written)")
     out.add_argument("--output-dir", default="results/framework-benchmarks", help="where runs and the table go")
     return out
 
@@ -59,6 +65,11 @@ def main() -> int:
     for name in ("rounds", "workers", "warmup_batches", "batches_per_iter", "iters"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer")
+    if not MIN_IMAGE_SIZE <= args.image_size <= MAX_IMAGE_SIZE:
+        raise ConfigError(f"--image-size must be from {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE}, got {args.image_size}")
+    if args.image_size != THEIRS_SIZE and args.horovod_benchmark.read_text(errors="replace").count(THEIRS_SHAPE) != 1:
+        raise ConfigError(f"--horovod-benchmark {args.horovod_benchmark} does not hold its image shape "
+                          f"`{THEIRS_SHAPE}` once, so it cannot be resized; run at --image-size {THEIRS_SIZE}")
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     if not names or any(m not in ("resnet18", "resnet50", "vit_b_16") for m in names):
         raise ConfigError(f"--models takes resnet18, resnet50 or vit_b_16, got {args.models!r}")
@@ -97,14 +108,15 @@ def run(arm: str, model: str, args: argparse.Namespace, out: Path) -> tuple[floa
     batches = ["--num-warmup-batches", str(args.warmup_batches), "--num-batches-per-iter", str(args.batches_per_iter),
                "--num-iters", str(args.iters), "--model", model]
     steps = args.warmup_batches + args.batches_per_iter * args.iters
-    ours = ["--model", model, "--image-size", "224", "--num-classes", "1000", "--momentum", "0", "--scale-lr",
+    size = str(args.image_size)
+    ours = ["--model", model, "--image-size", size, "--num-classes", "1000", "--momentum", "0", "--scale-lr",
             "--epochs", "1", "--warmup-steps", str(args.warmup_batches), "--max-steps-per-epoch", str(steps),
             "--synthetic-train-size", str(32 * args.workers * steps), "--synthetic-test-size", "32",
             "--data-dir", str(out.parent.parent / "data"), "--output-dir", str(out), "--log-every", "1000"]
     command = {
-        ARMS[0]: [*horovodrun, str(args.horovod_benchmark), "--no-cuda", *batches],
+        ARMS[0]: [*horovodrun, str(theirs(args, out)), "--no-cuda", *batches],
         ARMS[1]: [*horovodrun, "-m", "horovod_ddp.train", *ours],
-        ARMS[2]: [*torchrun, str(PLAIN_DDP), *batches],
+        ARMS[2]: [*torchrun, str(PLAIN_DDP), *batches, "--image-size", size],
         ARMS[3]: [*torchrun, "-m", "native_ddp.train", *ours],
     }[arm]
     done = subprocess.run(command, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -118,6 +130,15 @@ def run(arm: str, model: str, args: argparse.Namespace, out: Path) -> tuple[floa
         raise RunFailed(f"{arm} printed no 'Iter #N: … img/sec per' line, so it measured nothing; is "
                         f"--horovod-benchmark Horovod's pytorch_synthetic_benchmark.py? (see {out / 'output.log'})")
     return args.workers * statistics.median(float(v) for v in rates), None
+
+
+def theirs(args: argparse.Namespace, out: Path) -> Path:
+    """Horovod's script as written, or at another --image-size a copy in `out` with its image shape alone changed."""
+    if args.image_size == THEIRS_SIZE:
+        return args.horovod_benchmark
+    copy = out / args.horovod_benchmark.name
+    copy.write_text(args.horovod_benchmark.read_text().replace(THEIRS_SHAPE, f"{args.image_size}, {args.image_size}"))
+    return copy
 
 
 def table(found: dict[str, dict[str, object]]) -> str:

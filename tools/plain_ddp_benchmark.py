@@ -3,8 +3,8 @@ place of DistributedOptimizer, and nothing of this project's code, the baseline 
 
     torchrun --standalone --nproc-per-node 2 tools/plain_ddp_benchmark.py --model resnet18 --num-iters 5
 
-Like Horovod's script: a torchvision model (weights=None), one fixed batch of 3 x 224 x 224 random images of 1000
-classes, SGD at 0.01 x the world size, warm-up batches left out, then img/sec per iteration of a few batches; rank 0
+Like Horovod's script: a torchvision model (weights=None), one fixed batch of 3 x 224 x 224 random images (or
+--image-size) of 1000 classes, SGD at 0.01 x the world size, warm-up batches left out, then img/sec per iteration of a few batches; rank 0
 prints them as Horovod's script does, so one parser reads both.
 """
 
@@ -25,12 +25,13 @@ parser.add_argument("--batch-size", type=int, default=32, help="input batch size
 parser.add_argument("--num-warmup-batches", type=int, default=10, help="warm-up batches left out")
 parser.add_argument("--num-batches-per-iter", type=int, default=10, help="batches per benchmark iteration")
 parser.add_argument("--num-iters", type=int, default=10, help="benchmark iterations")
+parser.add_argument("--image-size", type=int, default=224, help="images are 3 x this x this")
 args = parser.parse_args()
 
 dist.init_process_group("gloo")  # DDP: rank and world size from torchrun's environment
 model = DistributedDataParallel(getattr(models, args.model)())  # DDP: broadcasts rank 0's weights
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * dist.get_world_size())
-data = torch.randn(args.batch_size, 3, 224, 224)
+data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
 target = torch.LongTensor(args.batch_size).random_() % 1000
 
 

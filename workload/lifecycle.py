@@ -18,7 +18,7 @@ from contract import summary
 from contract.config import TrainConfig
 from contract.errors import PeerLost, launcher_rank
 from runtime import cli, logs, memory, signals, worker_end
-from workload import cores, faults
+from workload import cores, faults, threads
 from workload.distributed import NO_CHECKPOINT_HINT, RESUME_HINTS, DistContext, leave, peer_lost
 from workload.watchdog import Watchdog
 
@@ -51,7 +51,9 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
         if not on_ray:
             stack.enter_context(say_when_ended(launcher, cfg, watchdog, oom_before))
             faults.point("init", launcher_rank())
+        threads.mark(threads.BEFORE)
         ctx = dataclasses.replace(framework.init(cfg), began_at=began)
+        threads.mark(threads.READY)  # the threads that appeared meanwhile are the framework's
         watchdog.joined(ctx.rank, ctx.world_size)
         cores.pin(ctx.rank, ctx.world_size, cfg.cpu_affinity)  # after init: the framework's threads exist by now
         watchdog.kick("starting")

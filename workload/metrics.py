@@ -3,7 +3,7 @@
 import torch
 from torch import Tensor
 
-from contract.phases import STEP_PHASES
+from contract.phases import STEP_PHASES, THREAD_GROUPS
 
 
 def percentile(values: Tensor, q: float) -> float:
@@ -22,12 +22,17 @@ PHASE_COLUMNS = {"data": 0, "wait": 2, "forward": 5, "backward": 6, "optimizer":
 
 
 def phases(measured: Tensor, step: Tensor) -> dict[str, float]:
-    """Each phase's median over the measured steps of every rank, the median step, and the median of what each step
-    leaves outside the phases (zeroing the gradients, the reference's emulated averaging, bookkeeping)."""
-    columns = [measured[..., column] for column in PHASE_COLUMNS.values()]
-    left = step - torch.stack(columns).sum(0)
-    return {**{name: percentile(measured[..., PHASE_COLUMNS[name]].flatten(), 50) for name in STEP_PHASES},
-            "step": percentile(step.flatten(), 50), "remainder": percentile(left.flatten(), 50)}
+    """Each phase's mean over the middle half of the measured steps of every rank (by step time, the quickest and
+    slowest quarter left out), the same steps' mean step, and what each step leaves outside the phases (zeroing the
+    gradients, the reference's emulated averaging, bookkeeping): the parts add up to the step. Medians taken phase by
+    phase do not (Horovod's wait is heavy-tailed), and a mean over every step carries the odd stalled one."""
+    flat = step.flatten()
+    quarter = flat.numel() // 4  # by rank, not by value: a few steps still leave one in the middle
+    middle = flat.argsort()[quarter:flat.numel() - quarter]
+    chosen = {name: measured[..., column].flatten()[middle] for name, column in PHASE_COLUMNS.items()}
+    out = {name: float(chosen[name].double().mean()) for name in STEP_PHASES}
+    mean_step = float(flat[middle].double().mean())
+    return {**out, "step": mean_step, "remainder": mean_step - sum(out.values())}
 
 
 def epoch_timing(times: Tensor, warmup_steps: int) -> dict[str, float]:
@@ -63,3 +68,14 @@ def epoch_timing(times: Tensor, warmup_steps: int) -> dict[str, float]:
            if times.shape[-1] > 4 else {}),
         **({"phases_s": phases(measured, step)} if times.shape[-1] > 7 else {}),
     }
+
+
+def cpu_by_thread(by_thread: Tensor, samples: Tensor) -> dict[str, dict[str, object]]:
+    """CPU-seconds per 1,000 samples of each thread group (workload/threads.py) from `by_thread` [world, groups] and
+    the samples each rank measured: over all ranks, and per rank; nothing where a rank had no per-thread times."""
+    if bool(torch.isnan(by_thread).any()):
+        return {}
+    per_rank = 1000 * by_thread / samples.clamp_min(1e-12)[:, None]
+    return {"cpu_s_per_1k_by_thread": {"groups": list(THREAD_GROUPS),
+                                       "all_ranks": (1000 * by_thread.sum(0) / samples.sum().clamp_min(1e-12)).tolist(),
+                                       "per_rank": per_rank.tolist()}}

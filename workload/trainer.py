@@ -17,11 +17,12 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from contract.config import TrainConfig
 from contract.errors import Diverged
+from contract.phases import THREAD_GROUPS
 from contract.results import History
-from workload import compression, data, host_load, placement
+from workload import compression, data, host_load, placement, threads
 from workload.data import Splits
 from workload.distributed import DistContext
-from workload.metrics import epoch_timing
+from workload.metrics import cpu_by_thread, epoch_timing
 from workload.tools import Tool, Tools
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,28 @@ class GradientSync(Protocol):
 
     def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
         """Apply the averaged gradients with `apply(optimizer)` (optimizer.step, or a GradScaler's step)."""
+
+
+class NoAveraging:
+    """The ceiling's sync (--no-averaging): each rank steps on its own gradients, and nothing crosses a link."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def group_done(self) -> None:
+        pass
+
+    def wait(self, backward_end: float) -> float:
+        return 0.0
+
+    def alone(self) -> None:
+        return None
+
+    def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
+        apply(self.optimizer)
 
 
 def amp_scaler(cfg: TrainConfig) -> "torch.amp.GradScaler | None":
@@ -96,6 +119,8 @@ class Trainer:
     """The host's CPU counters and the time when this epoch's steady window began."""
     host: dict[str, float] | None = None
     """This host's CPU counters over the last epoch's steady window (workload/host_load.py)."""
+    thread_cpu: list[float] | None = None
+    """This rank's CPU-seconds by thread group over the epoch's steady window (workload/threads.py)."""
     parts: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """The last step's forward, backward and optimizer seconds (train_step's, for the epoch's timing)."""
     worker_buffers: list[Tensor] = field(default_factory=list)
@@ -133,6 +158,8 @@ class Trainer:
         # One collective for the whole epoch's losses and timings instead of one per step.
         step_losses = self.ctx.average(torch.stack(losses).cpu().double())
         all_times = self.ctx.gather_rows(torch.tensor(times, dtype=torch.float64))
+        by_thread = self.ctx.gather_rows(torch.tensor(self.thread_cpu or [math.nan] * len(THREAD_GROUPS),
+                                                      dtype=torch.float64))
         link_record = link.record(self.ctx)
         # Every rank holds the same averaged losses, so every rank stops here together.
         self._check_finite(float(step_losses.sum()), epoch, steps)
@@ -155,6 +182,7 @@ class Trainer:
             "samples": int(all_times[..., 3].sum()),
             "cpu_s_per_rank": all_times[:, self.cfg.warmup_steps:, 4].sum(1).tolist(),
             **epoch_timing(all_times, self.cfg.warmup_steps),
+            **cpu_by_thread(by_thread, all_times[:, self.cfg.warmup_steps:, 3].sum(1)),
             **link_record,
         }
 
@@ -164,11 +192,11 @@ class Trainer:
         CPU seconds of every thread of this process, and forward, backward and optimizer seconds: the step taken
         apart, contract/phases.py's STEP_PHASES)."""
         losses, times = [], []
-        self.host_start = (None, 0.0)
+        self.host_start, by_thread = (None, 0.0), None
         for step in range(1, steps + 1):
             self.tools.before_step(epoch, step)
             if step == self.cfg.warmup_steps + 1:  # the steady window begins: what the machine does from here
-                self.host_start = (host_load.sample(), time.perf_counter())
+                self.host_start, by_thread = (host_load.sample(), time.perf_counter()), threads.cpu_times()
             cpu = time.process_time()
             t0 = self._now()
             groups = self._micro_batches(next(batches))
@@ -185,6 +213,7 @@ class Trainer:
                 self._log_step(loss, epoch, step, steps)
         started, began = self.host_start
         self.host = host_load.window(started, host_load.sample(), time.perf_counter() - began)
+        self.thread_cpu = threads.by_group(by_thread, threads.cpu_times())
         return losses, times
 
     def train_step(self, groups: list[list[tuple[Tensor, Tensor]]]) -> tuple[Tensor, float]:
@@ -264,7 +293,7 @@ class Trainer:
         """BatchNorm's running statistics averaged across the ranks, or the reference's simulated workers, before an
         evaluation (as timm's distribute_bn does): every arm then evaluates with the buffers of all its workers."""
         flat = _flat(self.module.buffers())
-        if not flat.numel():
+        if not flat.numel() or self.cfg.no_averaging:  # the ceiling's ranks hold different models: each keeps its own
             return
         if self.worker_buffers:
             total = self.worker_buffers[0].clone()
@@ -315,7 +344,7 @@ class Trainer:
             "parameters_sha256": _sha256(self.module.parameters()).hexdigest(),
             "parameters_identical_across_ranks": self.ctx.same_on_all_ranks(_digest(self.module.parameters())),
             "buffers_identical_across_ranks": self.ctx.same_on_all_ranks(_digest(self.module.buffers())),
-            "buffers_averaged": True,  # before every evaluation (average_buffers)
+            "buffers_averaged": not self.cfg.no_averaging,  # before every evaluation (average_buffers)
             "peak_rss_mb_per_worker": [b / 2**20 for b in per_rank],
             "peak_rss_bytes": [int(b) for b in per_rank],
             "placement": placement.gather(self.ctx),
