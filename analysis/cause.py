@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from analysis import plots, runs, speed, stats
-from contract.config import CEILING
 from contract.phases import STEP_PHASES, THREAD_GROUPS
 
 PARTS = (*STEP_PHASES, "remainder")
@@ -70,19 +69,23 @@ def efficiency_line(comparison: dict[str, Any], workers: int) -> str | None:
                                           if e["ci95"] else " (one round: no interval)") for arm, e in found.items()]
     limits = sorted({(e["ceiling"], e["ceiling_samples_per_s"]) for e in found.values()})
     ceiling = ", ".join(f"{name} {rate:,.0f} samples/s" for name, rate in limits)
+    shared = (" On Ray one ceiling, under Ray Train, serves both backends, so Horovod's efficiency there also counts "
+              "what hvd.init() starts and RayExecutor's placement; under horovodrun its ceiling runs hvd.init() too."
+              if "horovod" in found else "")  # Horovod's arm on Ray
     return (f"**Efficiency** (steady samples/s ÷ the ceiling's, paired by round, 95 % CI): {'; '.join(parts)}. The "
             f"ceiling ({ceiling}) is the same ranks, launched alike, each training its own shard with no gradient "
-            f"averaging: this machine's limit for this model and worker count. {NO_PARITY}")
+            f"averaging: this machine's limit for this model and worker count.{shared} {NO_PARITY}")
 
 
 def ceilings_line(comparison: dict[str, Any], workers: int) -> str | None:
-    """Horovod's ceiling ÷ DDP's, where both ran (horovodrun beside torchrun): the same training with nothing
-    averaged, apart from hvd.init() and the background thread it starts; None otherwise."""
+    """Horovod's ceiling ÷ DDP's, where both ran (horovodrun beside torchrun or mp.spawn): the same training with
+    nothing averaged, apart from hvd.init() and the background thread it starts; None otherwise."""
     s = comparison["settings"]
     pilot = s["repeats"] if s.get("target_ci") else None
-    a, b = f"{CEILING}/horovodrun", f"{CEILING}/torchrun"
-    if not (found := speed.estimate(comparison["runs"], workers, a, b, pilot)):
-        return None
+    native, horovod = speed.compared_arms(s["launchers"])
+    b, a = speed.ceiling_of(native), speed.ceiling_of(horovod)
+    if a == b or not (found := speed.estimate(comparison["runs"], workers, a, b, pilot)):
+        return None  # on Ray one ceiling serves both
     interval = f" (95 % CI {found.ci95[0]:.2f}–{found.ci95[1]:.2f}, {found.n} rounds)" if found.ci95 else ""
     return (f"**The runtimes alone**: {a} ÷ {b}, steady samples/s, {found.ratio:.2f}{interval}: the same ranks "
             "training alone, with nothing averaged, apart from what hvd.init() starts (its background thread, "

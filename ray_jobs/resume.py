@@ -31,7 +31,7 @@ def request(base: TrainConfig, cmp: CompareConfig) -> dict[str, Any]:
     """What a comparison is asked, as a resume must ask it again (--budget-min may change: more time, or less)."""
     return {"config": {k: v for k, v in base.to_dict().items() if k not in FREE},
             "workers": list(cmp.worker_counts), "backends": list(cmp.backend_names),
-            "launchers": list(cmp.launcher_names), "repeats": cmp.repeats, "aa": cmp.aa,
+            "launchers": list(cmp.launcher_names), "repeats": cmp.repeats, "aa": cmp.aa, "no_ceiling": cmp.no_ceiling,
             "target_ci": cmp.target_ci, "parity_steps": cmp.parity_steps, "tolerance": cmp.tolerance,
             "target_accuracy": cmp.target_accuracy}
 
@@ -55,6 +55,7 @@ def check(run_dir: Path, asked: dict[str, Any]) -> None:
     if (run_dir / "comparison.json").exists():
         raise ConfigError(f"--resume {run_dir}: that comparison finished (its comparison.json is there); render it "
                           "with --render, or start a new one")
+    saved.setdefault("no_ceiling", True)  # a comparison planned before the ceiling existed ran none
     differences = _differences(saved, asked)
     if differences:
         raise ConfigError(f"--resume {run_dir} was started with other settings ({'; '.join(differences[:4])}); "

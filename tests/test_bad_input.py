@@ -39,13 +39,15 @@ def write_checkpoint(directory: Path, epochs: int = 2, backend: str = "native", 
     checkpoint.save(directory, model, torch.optim.SGD(model.parameters(), lr=cfg.lr), history, cfg, backend, launcher)
 
 
-def stopped_comparison(folder: Path) -> None:
-    """The folder of a comparison asked for --repeats 3, stopped before it finished."""
+def stopped_comparison(folder: Path, before_the_ceiling: bool = False) -> None:
+    """The folder of a comparison asked for --repeats 3, stopped before it finished; `before_the_ceiling`: planned
+    before compare ran the ceiling, so its plan says nothing of it."""
     from contract.comparison import CompareConfig
     from ray_jobs import resume
 
     folder.mkdir(parents=True)
-    resume.write_plan(folder, resume.request(TrainConfig(epochs=2), CompareConfig(repeats=3)))
+    asked = resume.request(TrainConfig(epochs=2), CompareConfig(repeats=3))
+    resume.write_plan(folder, {k: v for k, v in asked.items() if not (before_the_ceiling and k == "no_ceiling")})
 
 
 def sweep_with_a_string_rate(folder: Path) -> None:
@@ -76,6 +78,7 @@ SETUPS = {
         "schema_version": 1, "grid_id": "x", "varied": ["bucket_mb"], "workers": [2], "repeats": 2}).encode()),
     "network-rate-a-string": lambda ws: sweep_with_a_string_rate(ws / "run"),
     "stopped-comparison": lambda ws: stopped_comparison(ws / "run"),
+    "planned-before-the-ceiling": lambda ws: stopped_comparison(ws / "run", before_the_ceiling=True),
     "idx-folder": lambda ws: (ws / "mnist" / "MNIST" / "raw" / "train-images-idx3-ubyte").mkdir(parents=True),
     "truncated-synthetic": lambda ws: truncated_synthetic(ws / "data"),
 }
@@ -293,6 +296,8 @@ TABLE = [
     # --resume: the folder of a stopped comparison, asked the same again.
     case("ray_jobs.compare", ["--resume", "{ws}/run"], "was started with other settings (--repeats 3 -> 6)",
          "stopped-comparison"),
+    case("ray_jobs.compare", ["--resume", "{ws}/run", "--repeats", "3"], "was started with other settings "
+         "(--no-ceiling True -> False)", "planned-before-the-ceiling"),
     case("ray_jobs.compare", ["--resume", "{ws}"], "no plan.json there, so it is no comparison's folder"),
     case("ray_jobs.compare", ["--resume", "{ws}/nowhere"], "/nowhere does not exist; pass the results/<run-id> folder"),
     # A comparison that ran nothing renders no verdict, whatever its file claims.
