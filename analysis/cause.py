@@ -96,10 +96,8 @@ def ceilings_line(comparison: dict[str, Any], workers: int) -> str | None:
 def thread_table(comparison: dict[str, Any], workers: int) -> str | None:
     """Each arm's CPU-seconds per 1,000 samples by thread group, the median over its runs; None where no run
     recorded them."""
-    found = {arm: [r["epochs"][-1]["cpu_s_per_1k_by_thread"]["all_ranks"] for r in arm_runs
-                   if r["epochs"][-1].get("cpu_s_per_1k_by_thread")]
-             for arm, arm_runs in runs.finished(comparison, workers).items()}
-    found = {arm: values for arm, values in found.items() if values}
+    found = {arm: values for arm in runs.finished(comparison, workers)
+             if (values := _by_thread(comparison, workers, arm))}
     if not found:
         return None
     head = f"| arm | runs | {' | '.join(THREAD_GROUPS)} | all threads |"
@@ -110,19 +108,27 @@ def thread_table(comparison: dict[str, Any], workers: int) -> str | None:
              "framework's own), or once training began (torch's intra-op and autograd threads, the data loader's).",
              "", head, "|" + "---|" * head.count(" | ") + "---|"]
     for arm, values in found.items():
-        medians = [statistics.median(v[i] for v in values) for i in range(len(THREAD_GROUPS))]
-        cells = " | ".join(f"{m:.3f}" for m in medians)
-        lines.append(f"| {arm} | {len(values)} | {cells} | {sum(medians):.3f} |")
+        medians = _medians(values)
+        cells = " | ".join(f"{m:.3f}" for m in medians.values())
+        lines.append(f"| {arm} | {len(values)} | {cells} | {sum(medians.values()):.3f} |")
     return "\n".join(lines)
 
 
 def threads_of(comparison: dict[str, Any], workers: int, arm: str) -> dict[str, float] | None:
     """`arm`'s median CPU-seconds per 1,000 samples by thread group; None where none was recorded."""
-    values = [r["epochs"][-1]["cpu_s_per_1k_by_thread"]["all_ranks"]
-              for r in runs.finished(comparison, workers).get(arm, []) if r["epochs"][-1].get("cpu_s_per_1k_by_thread")]
-    if not values:
-        return None
+    values = _by_thread(comparison, workers, arm)
+    return _medians(values) if values else None
+
+
+def _medians(values: list[list[float]]) -> dict[str, float]:
+    """Each thread group's median over runs' figures."""
     return {name: statistics.median(v[i] for v in values) for i, name in enumerate(THREAD_GROUPS)}
+
+
+def _by_thread(comparison: dict[str, Any], workers: int, arm: str) -> list[list[float]]:
+    """`arm`'s runs' CPU-seconds per 1,000 samples by thread group, over all ranks, where recorded."""
+    found = runs.last_epochs(runs.finished(comparison, workers).get(arm, []), "cpu_s_per_1k_by_thread")
+    return [v["all_ranks"] for v in found]
 
 
 def paragraph(comparison: dict[str, Any], workers: int) -> str | None:
@@ -159,7 +165,7 @@ def plot_phases(comparison: dict[str, Any], path: Path) -> None:
     for workers in comparison["settings"]["workers"]:
         finished = runs.finished(comparison, workers)
         for arm in [a for a in finished if a in speed.CEILINGS] + [a for a in finished if a in speed.DISTRIBUTED_ARMS]:
-            if values := [r["epochs"][-1]["phases_s"] for r in finished[arm] if r["epochs"][-1].get("phases_s")]:
+            if values := runs.last_epochs(finished[arm], "phases_s"):
                 bars.append((f"{arm}\n{workers} w", values))
     if not bars:
         return  # comparisons from before the step was taken apart: no picture, rather than an empty one

@@ -326,7 +326,7 @@ def step_table(comparison: dict[str, Any], workers: int) -> str | None:
     """A step taken apart (contract/phases.py's STEP_PHASES): each arm's phases in ms, the median over its runs of
     the last epoch's means over the middle half of its steps, with what they leave of the step; then each pair of
     analysis/cause.py per part, paired by round, with its 95 % interval. None for runs that recorded no phases."""
-    found = {arm: [r["epochs"][-1]["phases_s"] for r in arm_runs if r["epochs"][-1].get("phases_s")]
+    found = {arm: runs.last_epochs(arm_runs, "phases_s")
              for arm, arm_runs in runs.finished(comparison, workers).items()}
     found = {arm: values for arm, values in found.items() if values}
     if not found:

@@ -66,6 +66,11 @@ def finished(comparison: dict[str, Any], workers: int) -> dict[str, list[dict[st
     return {arm: sorted(by_arm[arm], key=lambda run: run["round"]) for arm in order}
 
 
+def last_epochs(arm_runs: list[dict[str, Any]], key: str) -> list[Any]:
+    """Each run's last-epoch `key` (`phases_s`, `cpu_s_per_1k_by_thread`), from the runs that recorded it."""
+    return [r["epochs"][-1][key] for r in arm_runs if r["epochs"][-1].get(key)]
+
+
 def median_phases(runs: list[dict[str, Any]]) -> dict[str, float]:
     """Each phase's median over `runs`, in seconds from the launcher's start, plus eval and checkpoint totals.
 

@@ -112,8 +112,8 @@ def check_network(name: str, num_classes: int, image_size: int) -> None:
     if unused:
         shown = ", ".join(unused[:3]) + (", …" if len(unused) > 3 else "")
         raise ValueError(f"--model {name}: {len(unused)} trainable parameter(s) get no gradient ({shown}), and DDP "
-                         "refuses a network whose forward leaves parameters unused (find_unused_parameters is off, as in the tutorials): use them in forward, "
-                         "or set requires_grad=False on them")
+                         "refuses a network whose forward leaves parameters unused (find_unused_parameters is off, as "
+                         "in the tutorials): use them in forward, or set requires_grad=False on them")
 
 
 def network_of(name: str, num_classes: int):

@@ -4,8 +4,8 @@ place of DistributedOptimizer, and nothing of this project's code, the baseline 
     torchrun --standalone --nproc-per-node 2 tools/plain_ddp_benchmark.py --model resnet18 --num-iters 5
 
 Like Horovod's script: a torchvision model (weights=None), one fixed batch of 3 x 224 x 224 random images (or
---image-size) of 1000 classes, SGD at 0.01 x the world size, warm-up batches left out, then img/sec per iteration of a few batches; rank 0
-prints them as Horovod's script does, so one parser reads both.
+--image-size) of 1000 classes, SGD at 0.01 x the world size, warm-up batches left out, then img/sec per iteration of
+a few batches; rank 0 prints them as Horovod's script does, so one parser reads both.
 """
 
 import argparse
