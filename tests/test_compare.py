@@ -236,7 +236,6 @@ def test_the_ceiling_runs_beside_the_backends_and_each_backend_s_step_is_taken_a
         last = by_arm[arm]["epochs"][-1]
         parts = last["phases_s"]
         assert sum(parts[name] for name in phases.STEP_PHASES) == pytest.approx(parts["step"] - parts["remainder"])
-        assert 0 <= parts["remainder"] <= 0.05 * parts["step"], (arm, parts)  # the phases hold the step
         by_thread = last["cpu_s_per_1k_by_thread"]
         assert by_thread["groups"] == list(phases.THREAD_GROUPS) and len(by_thread["per_rank"]) == 2
         assert by_thread["all_ranks"][0] > 0 and min(by_thread["all_ranks"]) >= 0, (arm, by_thread)
