@@ -40,9 +40,12 @@ faults: $(STAMP)
 stress: $(STAMP)
 	$(BIN)/python tools/stress.py $(ARGS)
 
-# Every picture and report under docs/results, made again from the JSON committed there.
+# Every picture and report under docs/results, made again from its committed JSON, and the snapshots side by side.
+SNAPSHOTS := $(foreach s,models vit_b_16,\
+	docs/results/$(s) docs/results/$(s)-epyc-2026-11-27 docs/results/$(s)-xeon-2026-11-25)
 docs: $(STAMP)
 	$(BIN)/python -m ray_jobs.compare --render docs/results
+	$(BIN)/python -m ray_jobs.replicate $(SNAPSHOTS) --output docs/results/replication.md
 
 # On a GPU machine, offline, with no .venv and no Ray: Horovod built with NCCL from HOROVOD_SDIST, then both backends
 # on every GPU per model and precision (ray_jobs/gpu_check.py). Without a GPU: one line, exit 2.

@@ -333,3 +333,20 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[fl
         return mean, None
     half = t_quantile((1.0 + confidence) / 2.0, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return mean, (mean - half, mean + half)
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.95
+                   ) -> tuple[float, tuple[float, float] | None]:
+    """mean(a) − mean(b) and its Welch t interval (degrees of freedom rounded down): for samples that share no rounds,
+    such as one comparison's per-round differences on two machines. No interval where either has one value."""
+    if not a or not b:
+        raise ValueError("a difference of means needs at least one value on each side")
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    if len(a) < 2 or len(b) < 2:
+        return diff, None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:
+        return diff, (diff, diff)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = t_quantile((1.0 + confidence) / 2.0, max(1, math.floor(df))) * math.sqrt(va + vb)
+    return diff, (diff - half, diff + half)

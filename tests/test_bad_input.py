@@ -577,6 +577,7 @@ def test_a_working_directory_removed_under_the_shell_is_one_line(tmp_path):
      "printed no 'Iter #N: … img/sec per' line, so it measured nothing"),
     ("print('no image shape here')\n", ["--image-size", "32"], 2,
      "does not hold its image shape `224, 224` once, so it cannot be resized; run at --image-size 224"),
+    ("print('a benchmark')\n", ["--backends", "horovod,mpi"], 2, "--backends takes horovod, native or horovod,native"),
 ])
 def test_framework_benchmarks_given_another_script_is_one_line(tmp_path, script, extra, code, says):
     """An empty benchmark script was a traceback (StatisticsError), and so was one that printed no rate."""

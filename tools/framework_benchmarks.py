@@ -14,6 +14,7 @@ Each figure is the median over a run's measured batches of total img/s: Horovod'
 iteration of --batches-per-iter batches, this project's arms one per step (steady_samples_per_s). The project's arms
 also load each batch from a DataLoader over synthetic images, time every step and run the comm hook that times
 DDP's buckets; the table gives their data-loading share, so that what that costs is seen.
+--backends horovod (or native) runs one pair alone, where that pair's noise needs more rounds than both could take.
 """
 
 import argparse
@@ -35,6 +36,8 @@ from runtime import cli, space
 
 log = logging.getLogger(__name__)
 ARMS = ("horovod: theirs", "horovod: ours", "native: plain DDP", "native: ours")
+PAIRS = {"horovod": (ARMS[0], ARMS[1]), "native": (ARMS[2], ARMS[3])}
+"""Each backend's (theirs, ours): --backends picks which pairs run, so one pair can take every round."""
 PLAIN_DDP = Path(__file__).with_name("plain_ddp_benchmark.py")
 ITER = re.compile(r"Iter #\d+: ([\d.]+) img/sec per")
 THEIRS_SIZE, THEIRS_SHAPE = 224, "224, 224"
@@ -53,6 +56,8 @@ def parser() -> cli.Parser:
     out.add_argument("--iters", type=int, default=5, help="Horovod iterations measured (default: 5)")
     out.add_argument("--image-size", type=int, default=224, help="3 x this x this images on every side (default: 224, "
                      "Horovod's script as written)")
+    out.add_argument("--backends", default="horovod,native",
+                     help="which pairs run: horovod, native or both (default: horovod,native)")
     out.add_argument("--output-dir", default="results/framework-benchmarks", help="where runs and the table go")
     return out
 
@@ -73,18 +78,22 @@ def main() -> int:
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     if not names or any(m not in ("resnet18", "resnet50", "vit_b_16") for m in names):
         raise ConfigError(f"--models takes resnet18, resnet50 or vit_b_16, got {args.models!r}")
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not backends or any(b not in PAIRS for b in backends) or len(set(backends)) != len(backends):
+        raise ConfigError(f"--backends takes horovod, native or horovod,native, got {args.backends!r}")
     root = Path(args.output_dir).resolve()
-    found = {m: measure(m, args, root / m) for m in names}
+    found = {m: measure(m, args, root / m, backends) for m in names}
     space.write_json(root / "framework-benchmarks.json", found)
     log.info("\n%s", table(found))
     return 0
 
 
-def measure(model: str, args: argparse.Namespace, folder: Path) -> dict[str, object]:
-    """Every arm `args.rounds` times in a balanced order; the paired ratios ours ÷ theirs."""
-    figures: dict[str, list[float]] = {arm: [] for arm in ARMS}
-    data_share: dict[str, list[float]] = {arm: [] for arm in ARMS}
-    for round_, arm in stats.balanced_order(ARMS, args.rounds):
+def measure(model: str, args: argparse.Namespace, folder: Path, backends: list[str]) -> dict[str, object]:
+    """Every arm of `backends` `args.rounds` times in a balanced order; the paired ratios ours ÷ theirs."""
+    chosen = tuple(arm for backend in backends for arm in PAIRS[backend])
+    figures: dict[str, list[float]] = {arm: [] for arm in chosen}
+    data_share: dict[str, list[float]] = {arm: [] for arm in chosen}
+    for round_, arm in stats.balanced_order(chosen, args.rounds):
         out = folder / f"{arm.replace(': ', '-').replace(' ', '-')}-r{round_}"
         out.mkdir(parents=True, exist_ok=True)
         rate, share = run(arm, model, args, out)
@@ -93,7 +102,8 @@ def measure(model: str, args: argparse.Namespace, folder: Path) -> dict[str, obj
         if share is not None:
             data_share[arm].append(share)
     answer = {"rounds": args.rounds, "img_per_s": figures}
-    for backend, theirs, ours in (("horovod", ARMS[0], ARMS[1]), ("native", ARMS[2], ARMS[3])):
+    for backend in backends:
+        theirs, ours = PAIRS[backend]
         estimate = stats.paired_ratio(figures[ours], figures[theirs])
         answer[backend] = {"ratio": estimate.ratio, "ci95": list(estimate.ci95) if estimate.ci95 else None,
                            "data_share": statistics.fmean(data_share[ours]) if data_share[ours] else None}
@@ -145,7 +155,9 @@ def table(found: dict[str, dict[str, object]]) -> str:
     lines = ["| model | arm | total img/s per round | ours ÷ theirs, paired (95 % CI) | ours' data-loading share |",
              "|---|---|---|---|---|"]
     for model, answer in found.items():
-        for backend, theirs, ours in (("horovod", ARMS[0], ARMS[1]), ("native", ARMS[2], ARMS[3])):
+        for backend, (theirs, ours) in PAIRS.items():
+            if backend not in answer:
+                continue
             ratio = answer[backend]
             interval = f"{ratio['ci95'][0]:.3f}–{ratio['ci95'][1]:.3f}" if ratio["ci95"] else "no interval"
             share = f"{100 * ratio['data_share']:.1f} %" if ratio["data_share"] is not None else "—"
