@@ -6,65 +6,128 @@ snapshots share no rounds)."""
 
 import json
 import re
+import statistics
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from analysis import cause, runs, speed, stats
 from contract.config import ConfigError
 
-Snapshot = tuple[str, list[dict[str, Any]]]
-"""A snapshot's name (its folder, as given, and the day its id names) and its comparisons."""
 STAMP = re.compile(r"^(\d{4})(\d{2})(\d{2})-\d{6}")
 """A run or grid id as compare names it by default: the day and time it started."""
+UNSHARED = ("output_dir", "data_dir", "no_averaging", "workers")
+"""The config fields two snapshots of one model may differ in: where they wrote, and what the ceiling and
+--workers' list set per run."""
+FIX = "pass folders written by python -m ray_jobs.compare"
 
 
-def load(folder: str) -> Snapshot:
-    """The comparisons of one snapshot: the folder's own comparison.json, or one per subfolder (a grid)."""
+@dataclass(frozen=True)
+class Entry:
+    """One comparison of one model at one worker count, as one snapshot measured it."""
+    snapshot: str
+    path: Path
+    model: str
+    workers: int
+    row: str
+    verdict: str
+    cpu: str
+    gaps: dict[str, list[float]]
+    """native − Horovod per part and step, ms, by round; empty lists where the snapshot predates the parts."""
+    least_ms: float
+    """What a part must move to be named: cause.MATTERS of Horovod's median step."""
+    config: dict[str, Any]
+
+
+def load(folder: str) -> tuple[str, list[Path]]:
+    """A snapshot's name (the folder as given, and the day its id names) and its comparison folders: the folder
+    itself, or one per subfolder (a grid)."""
     path = Path(folder)
     if not path.is_dir():
-        raise ConfigError(f"{folder} is not a folder; pass folders written by python -m ray_jobs.compare")
+        raise ConfigError(f"{folder} is not a folder; {FIX}")
     found = [path] if (path / runs.COMPARISON).is_file() else sorted(
         p.parent for p in path.glob(f"*/{runs.COMPARISON}"))
     if not found:
-        raise ConfigError(f"{folder} holds no {runs.COMPARISON}, nor do its subfolders; pass folders written by "
-                          "python -m ray_jobs.compare")
-    comparisons = [runs.load(p) for p in found]
+        raise ConfigError(f"{folder} holds no {runs.COMPARISON}, nor do its subfolders; {FIX}")
     grid = path / "grid.json"
-    started = json.loads(grid.read_text()).get("grid_id", "") if grid.is_file() else comparisons[0]["run_id"]
+    try:
+        started = json.loads(grid.read_text()).get("grid_id", "") if grid.is_file() else runs.load(path)["run_id"]
+    except (OSError, ValueError, AttributeError):
+        started = ""  # a damaged grid.json only costs the day
     day = "-".join(m.groups()) if (m := STAMP.match(str(started))) else "day not recorded"
-    return f"{folder} ({day})", comparisons
+    return f"{folder} ({day})", found
+
+
+def entries(snapshot: str, folder: Path) -> list[Entry]:
+    """One comparison's entries, a ConfigError naming its file where a field the table needs is missing."""
+    comparison = runs.load(folder)
+    try:
+        return [entry(snapshot, folder, comparison, int(workers)) for workers in comparison["settings"]["workers"]
+                if str(workers) in (comparison.get("speed") or {})]
+    except (KeyError, TypeError, IndexError, ValueError) as error:
+        raise ConfigError(f"{folder / runs.COMPARISON} is damaged or from another version ({type(error).__name__}: "
+                          f"{error}); rerun python -m ray_jobs.compare") from None
+
+
+def entry(snapshot: str, folder: Path, comparison: dict[str, Any], workers: int) -> Entry:
+    native, horovod = speed.compared_arms(comparison["settings"]["launchers"])
+    config = comparison["settings"]["config"]
+    steps = [1000 * p["step"] for p in cause.by_round(comparison, workers, horovod).values()]
+    return Entry(snapshot, folder.resolve(), config["model"], workers, row(snapshot, comparison, workers),
+                 comparison["speed"][str(workers)]["verdict"], comparison["environment"]["cpu"],
+                 cause.gaps(comparison, workers, native, horovod)[1],
+                 cause.MATTERS * statistics.median(steps) if steps else 0.0,
+                 {k: v for k, v in config.items() if k not in UNSHARED})
 
 
 def render(folders: list[str]) -> str:
     """The Markdown of every model measured in at least two of `folders`, in the order the folders first name it."""
-    if len(folders) < 2 or len(set(folders)) < len(folders):
-        raise ConfigError("give at least two different snapshot folders, e.g. docs/results/models "
+    if len(folders) < 2:
+        raise ConfigError("give at least two snapshot folders, e.g. docs/results/models "
                           "docs/results/models-xeon-2026-11-25")
-    by_model: dict[tuple[str, int], list[tuple[str, dict[str, Any]]]] = {}
-    for name, comparisons in (load(f) for f in folders):
-        for comparison in comparisons:
-            for workers in comparison["settings"]["workers"]:
-                if str(workers) in comparison.get("speed", {}):
-                    key = (comparison["settings"]["config"]["model"], workers)
-                    by_model.setdefault(key, []).append((name, comparison))
-    shared = {key: found for key, found in by_model.items() if len(found) > 1}
+    by_model: dict[tuple[str, int], list[Entry]] = {}
+    seen: dict[Path, str] = {}
+    for name, found in (load(f) for f in folders):
+        for folder in found:
+            if (key := folder.resolve()) in seen:
+                raise ConfigError(f"{folder} is in {seen[key]} and {name}: give each snapshot once, none inside "
+                                  "another")
+            seen[key] = name
+            for each in entries(name, folder):
+                by_model.setdefault((each.model, each.workers), []).append(each)
+    shared = {key: alike(found) for key, found in by_model.items() if len(found) > 1}
     if not shared:
         raise ConfigError(f"no model and worker count was compared in two of {', '.join(folders)}; pass snapshots "
                           "of the same models")
     head = ("| model | workers | snapshot | CPU | native ÷ Horovod, steady samples/s (95 % CI) | rounds | "
             "native − Horovod step, ms (95 % CI) | parts that decide it, ms |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
-    said = []
-    for (model, workers), found in shared.items():
-        lines.extend(row(model, workers, name, comparison) for name, comparison in found)
-        said.append(summary(model, workers, found))
+    for found in shared.values():
+        lines.extend(f"| {e.model} | {e.workers} | {e.row} |" for e in found)
+    said = [summary(found) for found in shared.values()]
     made = f"Made by `python -m ray_jobs.replicate {' '.join(folders)}` from the snapshots' comparison.json alone."
     return "\n".join([made, "", *lines, "", *said]) + "\n"
 
 
-def row(model: str, workers: int, name: str, comparison: dict[str, Any]) -> str:
-    """One snapshot's figures for one model."""
+def alike(found: list[Entry]) -> list[Entry]:
+    """`found`, once no snapshot holds the model twice and every one trained it alike; else a ConfigError."""
+    first = found[0]
+    if twice := next((e for e in found if sum(o.snapshot == e.snapshot for o in found) > 1), None):
+        paths = ", ".join(e.path.name for e in found if e.snapshot == twice.snapshot)
+        raise ConfigError(f"{twice.snapshot} holds two comparisons of {first.model} at {first.workers} workers "
+                          f"({paths}): pass one folder per setting")
+    for other in found[1:]:
+        if differ := sorted(k for k in {*first.config, *other.config} if first.config.get(k) != other.config.get(k)):
+            k = differ[0]
+            raise ConfigError(f"{first.snapshot} and {other.snapshot} trained {first.model} differently (--"
+                              f"{k.replace('_', '-')} {first.config.get(k)} against {other.config.get(k)}): pass "
+                              "snapshots of the same settings")
+    return found
+
+
+def row(snapshot: str, comparison: dict[str, Any], workers: int) -> str:
+    """One snapshot's cells for one model, after its model and workers."""
     verdict = comparison["speed"][str(workers)]
     ratio = f"{verdict['ratio']:.2f}" + (f" ({verdict['ci95'][0]:.2f}–{verdict['ci95'][1]:.2f})"
                                          if verdict["ci95"] else " (one round)")
@@ -73,30 +136,29 @@ def row(model: str, workers: int, name: str, comparison: dict[str, Any]) -> str:
         mean, ci = found["ms"]["step"]
         step = f"{mean:+.1f}" + (f" ({ci[0]:+.1f} – {ci[1]:+.1f})" if ci else "")
         parts = ", ".join(f"{p} {found['ms'][p][0]:+.1f}" for p in found["decided"]) or "none beyond its interval"
-    return (f"| {model} | {workers} | {name} | {comparison['environment']['cpu']} | {ratio} | {verdict['repeats']} | "
-            f"{step} | {parts} |")
+    return (f"{snapshot} | {comparison['environment']['cpu']} | {ratio} | {verdict['repeats']} | {step} | "
+            f"{parts}")
 
 
-def summary(model: str, workers: int, found: list[tuple[str, dict[str, Any]]]) -> str:
+def summary(found: list[Entry]) -> str:
     """On how many snapshots and CPUs the verdict held, and what moved between the first with parts and each other."""
-    verdicts = Counter(c["speed"][str(workers)]["verdict"] for _, c in found)
-    cpus = sorted({c["environment"]["cpu"] for _, c in found})
+    verdicts = Counter(e.verdict for e in found)
+    cpus = sorted({e.cpu for e in found})
     said = ", ".join(f"{verdict} on {n} of {len(found)} snapshots" for verdict, n in verdicts.most_common())
     plural = "s" if len(cpus) > 1 else ""
-    held = f"- **{model}, {workers} workers**: {said} ({len(cpus)} CPU{plural}: {', '.join(cpus)})"
-    split = [(name, apart) for name, c in found
-             if (apart := cause.gaps(c, workers, *speed.compared_arms(c["settings"]["launchers"]))[1])["step"]]
+    held = f"- **{found[0].model}, {found[0].workers} workers**: {said} ({len(cpus)} CPU{plural}: {', '.join(cpus)})"
+    split = [e for e in found if e.gaps["step"]]
     moved = [between(split[0], other) for other in split[1:]]
     return held + ("; " + "; ".join(moved) if moved else "; no two snapshots took the step apart") + "."
 
 
-def between(first: tuple[str, dict[str, list[float]]], other: tuple[str, dict[str, list[float]]]) -> str:
+def between(first: Entry, other: Entry) -> str:
     """How much native − Horovod moved from `first` to `other`, per part (ms, unpaired 95 % CI), naming the parts whose
-    whole interval lies on one side of 0."""
-    (a, x), (b, y) = first, other
-    moved = {part: stats.welch_interval(y[part], x[part]) for part in (*cause.PARTS, "step")}
+    whole interval lies on one side of 0 and that move at least cause.MATTERS of the first's Horovod step."""
+    moved = {part: stats.welch_interval(other.gaps[part], first.gaps[part]) for part in (*cause.PARTS, "step")}
     cells = ", ".join(f"{part} {mean:+.1f}" + (f" ({ci[0]:+.1f} – {ci[1]:+.1f})" if ci else "")
                       for part, (mean, ci) in moved.items())
-    decided = [part for part in cause.PARTS if (ci := moved[part][1]) and (ci[0] > 0 or ci[1] < 0)]
+    decided = [part for part in cause.PARTS if (ci := moved[part][1]) and (ci[0] > 0 or ci[1] < 0)
+               and abs(moved[part][0]) >= first.least_ms]
     named = ", ".join(decided) if decided else "no part beyond its interval"
-    return f"from {a} to {b} native − Horovod moved by (ms, 95 % CI) {cells}: {named}"
+    return f"from {first.snapshot} to {other.snapshot} native − Horovod moved by (ms, 95 % CI) {cells}: {named}"

@@ -13,7 +13,8 @@ import logging
 from pathlib import Path
 
 from analysis import replication
-from runtime import cli, space
+from contract.config import ConfigError
+from runtime import cli, preflight, space
 
 log = logging.getLogger(__name__)
 
@@ -27,15 +28,30 @@ def parser() -> cli.Parser:
 
 def main() -> int:
     args = parser().parse_args()
+    output = writable_file(args.output) if args.output is not None else None
     text = replication.render(args.snapshots)
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        with space.atomic_file(args.output, len(text.encode())) as temporary:
-            temporary.write_text(text)
-        log.info("wrote %s", args.output)
-    else:
+    if output is None:
         log.info("%s", text)
+        return 0
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with space.atomic_file(output, len(text.encode())) as temporary:
+            temporary.write_text(text)
+    except OSError as error:  # a disk found full is space's own one line; this is a folder that refuses a file
+        raise ConfigError(f"--output {output} cannot be written ({error.strerror}); choose another path") from None
+    log.info("wrote %s", output)
     return 0
+
+
+def writable_file(path: Path) -> Path:
+    """--output, absolute, once it names a file that can be written (its folder may not exist yet). Creates nothing."""
+    if len(path.name.encode()) > preflight.NAME_MAX:
+        raise ConfigError(f"--output {str(path)[:60]}…: its name is {len(path.name.encode())} bytes, filesystems "
+                          f"allow {preflight.NAME_MAX}; choose a shorter name")
+    folder = preflight.writable_dir(path.expanduser().parent, "--output")
+    if path == Path(".") or (folder / path.name).is_dir():
+        raise ConfigError(f"--output {path} is a folder; name a Markdown file, e.g. {path / 'replication.md'}")
+    return folder / path.name
 
 
 if __name__ == "__main__":

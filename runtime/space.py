@@ -50,14 +50,14 @@ def atomic_file(path: Path, needed: int) -> Iterator[Path]:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
         os.close(fd)
         yield Path(name)
+        files.normal_mode(name)
+        os.replace(name, path)
     except BaseException as error:
         if name:
             Path(name).unlink(missing_ok=True)
         if isinstance(error, OSError) and is_full(error):
             raise full(path.parent, path.name, needed) from None
         raise
-    files.normal_mode(name)
-    os.replace(name, path)
 
 
 def write_results(output_dir: str | Path, doc: dict[str, Any]) -> Path:

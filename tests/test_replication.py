@@ -68,8 +68,10 @@ def test_the_committed_replication_is_made_again_byte_for_byte(monkeypatch):
 
 
 @pytest.mark.parametrize("folders, says", [
-    (["docs/results/models"], "give at least two different snapshot folders"),
-    (["docs/results/models", "docs/results/models"], "give at least two different snapshot folders"),
+    (["docs/results/models"], "give at least two snapshot folders"),
+    (["docs/results/models", "docs/results/models/"], "give each snapshot once, none inside another"),
+    (["docs/results/models", "docs/results/models/model-resnet18"], "give each snapshot once, none inside another"),
+    (["docs/results/models", "docs/results/resnet18-knobs"], "holds two comparisons of resnet18 at 2 workers"),
     (["docs/results/models", "docs/results/nowhere"], "docs/results/nowhere is not a folder"),
     (["docs/results/models", "docs"], "docs holds no comparison.json, nor do its subfolders"),
     (["docs/results/models", "docs/results/vit_b_16"], "no model and worker count was compared in two of"),
@@ -82,3 +84,15 @@ def test_snapshots_that_cannot_be_set_side_by_side_are_one_line_and_write_nothin
     done = run_module("ray_jobs.replicate", *folders, "--output", str(tmp_path / "out.md"))
     assert_one_line_error(done, says)
     assert not (tmp_path / "out.md").exists()
+
+
+@pytest.mark.parametrize("output, says", [
+    ("{tmp}", "is a folder; name a Markdown file"),
+    ("{tmp}/" + "a" * 300 + ".md", "its name is 303 bytes, filesystems allow 255"),
+    ("README.md/replication.md", "README.md is a file, not a folder"),
+])
+def test_an_output_that_cannot_be_a_file_is_one_line_and_nothing_is_left(tmp_path, output, says):
+    done = run_module("ray_jobs.replicate", "docs/results/models", "docs/results/models-epyc-2026-11-27", "--output",
+                      output.format(tmp=tmp_path))
+    assert_one_line_error(done, says)
+    assert not list(tmp_path.iterdir()) and not list(REPO.glob(".*.tmp*"))
