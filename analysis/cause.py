@@ -34,24 +34,20 @@ def by_round(comparison: dict[str, Any], workers: int, arm: str) -> dict[int, di
             if r["epochs"][-1].get("phases_s")}
 
 
-def gaps(comparison: dict[str, Any], workers: int, a: str, b: str) -> tuple[list[int], dict[str, list[float]]]:
-    """The rounds that have both arms, and a − b in ms per part and for the whole step, one value per such round."""
+def difference(comparison: dict[str, Any], workers: int, a: str, b: str) -> dict[str, Any] | None:
+    """a − b per part and for the whole step, in ms, paired by round: each round's value, their mean and its 95 %
+    interval (None from one round); with the rounds, what a part must move to count (MATTERS of b's median step) and
+    the parts whose whole interval lies on one side of 0 by that much. None where no round has both."""
     x, y = by_round(comparison, workers, a), by_round(comparison, workers, b)
     rounds = sorted(set(x) & set(y))
-    return rounds, {name: [1000 * (x[r][name] - y[r][name]) for r in rounds] for name in (*PARTS, "step")}
-
-
-def difference(comparison: dict[str, Any], workers: int, a: str, b: str) -> dict[str, Any] | None:
-    """a − b per part and for the whole step, in ms, paired by round: each a mean and its 95 % interval (None from one
-    round); with the rounds and the parts whose whole interval lies on one side of 0. None where no round has both."""
-    rounds, apart = gaps(comparison, workers, a, b)
     if not rounds:
         return None
-    found = {name: stats.mean_interval(values) for name, values in apart.items()}
-    least = MATTERS * 1000 * statistics.median(by_round(comparison, workers, b)[r]["step"] for r in rounds)
+    values = {name: [1000 * (x[r][name] - y[r][name]) for r in rounds] for name in (*PARTS, "step")}
+    found = {name: stats.mean_interval(v) for name, v in values.items()}
+    least = MATTERS * 1000 * statistics.median(y[r]["step"] for r in rounds)
     decided = sorted((name for name in PARTS if (ci := found[name][1]) and (ci[0] > 0 or ci[1] < 0)
                       and abs(found[name][0]) >= least), key=lambda name: -abs(found[name][0]))
-    return {"rounds": len(rounds), "ms": found, "decided": decided}
+    return {"rounds": len(rounds), "values": values, "ms": found, "least_ms": least, "decided": decided}
 
 
 def difference_line(a: str, b: str, found: dict[str, Any]) -> str:

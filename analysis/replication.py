@@ -6,7 +6,6 @@ snapshots share no rounds)."""
 
 import json
 import re
-import statistics
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,14 +33,15 @@ class Entry:
     verdict: str
     cpu: str
     gaps: dict[str, list[float]]
-    """native − Horovod per part and step, ms, by round; empty lists where the snapshot predates the parts."""
+    """native − Horovod per part and step, ms, by round (cause.difference's values); empty where the snapshot
+    predates the parts."""
     least_ms: float
-    """What a part must move to be named: cause.MATTERS of Horovod's median step."""
+    """What a part must move to be named: cause.difference's, MATTERS of Horovod's median step."""
     config: dict[str, Any]
 
 
-def load(folder: str) -> tuple[str, list[Path]]:
-    """A snapshot's name (the folder as given, and the day its id names) and its comparison folders: the folder
+def load(folder: str) -> tuple[str, list[tuple[Path, dict[str, Any]]]]:
+    """A snapshot's name (the folder as given, and the day its id names) and its comparisons by folder: the folder
     itself, or one per subfolder (a grid)."""
     path = Path(folder)
     if not path.is_dir():
@@ -50,18 +50,18 @@ def load(folder: str) -> tuple[str, list[Path]]:
         p.parent for p in path.glob(f"*/{runs.COMPARISON}"))
     if not found:
         raise ConfigError(f"{folder} holds no {runs.COMPARISON}, nor do its subfolders; {FIX}")
+    comparisons = [(each, runs.load(each)) for each in found]
     grid = path / "grid.json"
     try:
-        started = json.loads(grid.read_text()).get("grid_id", "") if grid.is_file() else runs.load(path)["run_id"]
+        started = json.loads(grid.read_text()).get("grid_id", "") if grid.is_file() else comparisons[0][1]["run_id"]
     except (OSError, ValueError, AttributeError):
         started = ""  # a damaged grid.json only costs the day
     day = "-".join(m.groups()) if (m := STAMP.match(str(started))) else "day not recorded"
-    return f"{folder} ({day})", found
+    return f"{folder} ({day})", comparisons
 
 
-def entries(snapshot: str, folder: Path) -> list[Entry]:
+def entries(snapshot: str, folder: Path, comparison: dict[str, Any]) -> list[Entry]:
     """One comparison's entries, a ConfigError naming its file where a field the table needs is missing."""
-    comparison = runs.load(folder)
     try:
         return [entry(snapshot, folder, comparison, int(workers)) for workers in comparison["settings"]["workers"]
                 if str(workers) in (comparison.get("speed") or {})]
@@ -71,13 +71,11 @@ def entries(snapshot: str, folder: Path) -> list[Entry]:
 
 
 def entry(snapshot: str, folder: Path, comparison: dict[str, Any], workers: int) -> Entry:
-    native, horovod = speed.compared_arms(comparison["settings"]["launchers"])
     config = comparison["settings"]["config"]
-    steps = [1000 * p["step"] for p in cause.by_round(comparison, workers, horovod).values()]
-    return Entry(snapshot, folder.resolve(), config["model"], workers, row(snapshot, comparison, workers),
+    found = cause.difference(comparison, workers, *speed.compared_arms(comparison["settings"]["launchers"]))
+    return Entry(snapshot, folder.resolve(), config["model"], workers, row(snapshot, comparison, workers, found),
                  comparison["speed"][str(workers)]["verdict"], comparison["environment"]["cpu"],
-                 cause.gaps(comparison, workers, native, horovod)[1],
-                 cause.MATTERS * statistics.median(steps) if steps else 0.0,
+                 found["values"] if found else {}, found["least_ms"] if found else 0.0,
                  {k: v for k, v in config.items() if k not in UNSHARED})
 
 
@@ -89,12 +87,12 @@ def render(folders: list[str]) -> str:
     by_model: dict[tuple[str, int], list[Entry]] = {}
     seen: dict[Path, str] = {}
     for name, found in (load(f) for f in folders):
-        for folder in found:
+        for folder, comparison in found:
             if (key := folder.resolve()) in seen:
                 raise ConfigError(f"{folder} is in {seen[key]} and {name}: give each snapshot once, none inside "
                                   "another")
             seen[key] = name
-            for each in entries(name, folder):
+            for each in entries(name, folder, comparison):
                 by_model.setdefault((each.model, each.workers), []).append(each)
     shared = {key: alike(found) for key, found in by_model.items() if len(found) > 1}
     if not shared:
@@ -126,13 +124,13 @@ def alike(found: list[Entry]) -> list[Entry]:
     return found
 
 
-def row(snapshot: str, comparison: dict[str, Any], workers: int) -> str:
-    """One snapshot's cells for one model, after its model and workers."""
+def row(snapshot: str, comparison: dict[str, Any], workers: int, found: dict[str, Any] | None) -> str:
+    """One snapshot's cells for one model, after its model and workers; `found`: its cause.difference, if any."""
     verdict = comparison["speed"][str(workers)]
     ratio = f"{verdict['ratio']:.2f}" + (f" ({verdict['ci95'][0]:.2f}–{verdict['ci95'][1]:.2f})"
                                          if verdict["ci95"] else " (one round)")
     step, parts = "not recorded (the snapshot predates the step's parts)", "—"
-    if found := cause.difference(comparison, workers, *speed.compared_arms(comparison["settings"]["launchers"])):
+    if found:
         mean, ci = found["ms"]["step"]
         step = f"{mean:+.1f}" + (f" ({ci[0]:+.1f} – {ci[1]:+.1f})" if ci else "")
         parts = ", ".join(f"{p} {found['ms'][p][0]:+.1f}" for p in found["decided"]) or "none beyond its interval"
@@ -147,7 +145,7 @@ def summary(found: list[Entry]) -> str:
     said = ", ".join(f"{verdict} on {n} of {len(found)} snapshots" for verdict, n in verdicts.most_common())
     plural = "s" if len(cpus) > 1 else ""
     held = f"- **{found[0].model}, {found[0].workers} workers**: {said} ({len(cpus)} CPU{plural}: {', '.join(cpus)})"
-    split = [e for e in found if e.gaps["step"]]
+    split = [e for e in found if e.gaps]
     moved = [between(split[0], other) for other in split[1:]]
     return held + ("; " + "; ".join(moved) if moved else "; no two snapshots took the step apart") + "."
 
