@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install test test-fast compare bench faults docs gpu-check stress clean
+.PHONY: install test test-fast compare bench faults docs gpu-check gpu-rehearsal gpu-bundle stress clean
 
 # Reinstalls only when the declared dependencies or the Horovod build recipe change.
 $(STAMP): pyproject.toml tools/build_horovod.py
@@ -51,6 +51,19 @@ docs: $(STAMP)
 # on every GPU per model and precision (ray_jobs/gpu_check.py). Without a GPU: one line, exit 2.
 gpu-check:
 	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -m ray_jobs.gpu_check $(ARGS)
+
+# The GPU check's first run rehearsed here, offline, without a GPU (tools/gpu_rehearsal.py): the package index once,
+# then Horovod built with NCCL, the check's plan on CPUs and its Ray arm, from an environment of the GPU machine's
+# packages only. Not part of make test.
+gpu-rehearsal: $(STAMP)
+	$(BIN)/python tools/gpu_rehearsal.py $(ARGS)
+
+# What a GPU machine without network needs beside the source tree, in .gpu/ (ignored by git, carried to it):
+# Horovod's sdist and Ray stripped for its Python (docs/install.md, "The GPU check, offline").
+gpu-bundle: $(STAMP)
+	rm -rf .gpu && mkdir -p .gpu
+	$(BIN)/python -m pip download -q --no-deps --no-binary :all: horovod==0.28.1 -d .gpu
+	$(BIN)/python tools/ray_bundle.py --python 3.12 --out .gpu/ray
 
 clean:
 	rm -rf $(VENV) results data

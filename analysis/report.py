@@ -448,7 +448,7 @@ def setup_line(comparison: dict[str, Any]) -> str:
             f"Python {env['python']}, torch "
             f"{env['torch']}, torchvision {env['torchvision']}, Ray {env['ray']}, Horovod {env['horovod']}; CPU "
             f"{env['cpu']} ({env['cpu_count']} cores); GPU {gpu_text(env)}; host {env['hostname']}."
-            + averaged_by_text(comparison))
+            + averaged_by_text(comparison) + gpu_math_text(comparison))
 
 
 def kept_text(comparison: dict[str, Any]) -> str:
@@ -482,6 +482,19 @@ def averaged_by_text(comparison: dict[str, Any]) -> str:
     said = {r["arm"]: r["averaged_by"] for r in comparison["runs"] if r["status"] == "ok" and r.get("averaged_by")}
     return (" Gradients averaged by " + ", ".join(f"{arm}: {library}" for arm, library in sorted(said.items())) + "."
             if said else "")
+
+
+def gpu_math_text(comparison: dict[str, Any]) -> str:
+    """How the GPU runs computed, as each recorded it: deterministic kernels and TF32, which parity depends on."""
+    said = [r["gpu_math"] for r in comparison["runs"] if r["status"] == "ok" and r.get("gpu_math")]
+    if not said:
+        return ""
+    kernels = ("deterministic algorithms (where torch has one; an op without one warned and ran)"
+               if all(m["deterministic_algorithms"] for m in said)
+               else "the kernels torch chose, not all deterministic")
+    tf32 = ("TF32 on in some run, so its float32 products were not all float32" if any(m["tf32"] for m in said)
+            else "TF32 off, so float32 was float32")
+    return f" On the GPU every run used {kernels}, and {tf32}."
 
 
 def chosen_options(comparison: dict[str, Any]) -> list[str]:

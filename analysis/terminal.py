@@ -71,7 +71,10 @@ def grid_summary(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], g
             answer = comparison["speed"].get(str(n))
             parity = comparison["parity"].get(str(n), {}).get("verdict", "not judged")
             out.append(f"  {named}, {n} worker(s): {answer['sentence'] if answer else 'no verdict'}; parity {parity}")
-    return out + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]
+    cut = [f"not run (--budget-min spent): {', '.join(grid['budget_cut'])}"] if grid.get("budget_cut") else []
+    one = ["1 worker: each backend ran one rank, so no gradient averaging was measured; what shows is that both paths "
+           "build, train and agree, and each framework's own cost per step"] if grid["workers"] == [1] else []
+    return out + cut + one + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]
 
 
 def check_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], grid_dir: Path) -> list[str]:
@@ -91,8 +94,13 @@ def check_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], gr
             ratio = "—" if not answer else f"{answer['ratio']:.3f}" + (
                 f" ({answer['ci95'][0]:.3f}–{answer['ci95'][1]:.3f})" if answer["ci95"] else " (one round)")
             parity = comparison["parity"].get(str(n), {}).get("verdict", "not judged")
-            by = "/".join(finished[arm][0].get("averaged_by") or "?" if arm in finished else "?" for arm in (a, b))
+            # One rank averages nothing, whatever library the group was made with.
+            by = "one rank each: nothing" if n == 1 else "/".join(
+                finished[arm][0].get("averaged_by") or "?" if arm in finished else "?" for arm in (a, b))
             found = comparison.get("efficiency", {}).get(str(n), {})
             efficiency = " / ".join(f"{found[arm]['ratio']:.2f}" if arm in found else "—" for arm in (a, b))
             out.append(f"| {named} | {n} | {means[0]} | {means[1]} | {ratio} | {parity} | {by} | {efficiency} |")
-    return out + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]
+    cut = [f"not run (--budget-min spent): {', '.join(grid['budget_cut'])}"] if grid.get("budget_cut") else []
+    one = ["1 worker: each backend ran one rank, so no gradient averaging was measured; what shows is that both paths "
+           "build, train and agree, and each framework's own cost per step"] if grid["workers"] == [1] else []
+    return out + cut + one + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]

@@ -56,8 +56,10 @@ def check_token_folder() -> None:
 
 
 def program() -> str:
-    """This environment's `ray` command."""
-    return str(Path(sys.executable).with_name("ray"))
+    """This environment's `ray` command: beside its Python, else the first on PATH (a Ray installed with pip --target
+    keeps its commands in that folder's bin/, as on a GPU machine that takes Ray as a carried wheel)."""
+    beside = Path(sys.executable).with_name("ray")
+    return str(beside) if beside.exists() else shutil.which("ray") or str(beside)
 
 
 def cpus() -> int:

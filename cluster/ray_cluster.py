@@ -5,7 +5,6 @@ import atexit
 import contextlib
 import logging
 import os
-import sys
 import threading
 from pathlib import Path
 
@@ -83,7 +82,7 @@ def _start_own(env_vars: dict[str, str]) -> str:
     if own_ray.wants_token() and not (os.environ.get("RAY_AUTH_TOKEN") or own_ray.token_path().is_file()):
         import subprocess
 
-        made = subprocess.run([str(Path(sys.executable).with_name("ray")), "get-auth-token", "--generate"],
+        made = subprocess.run([own_ray.program(), "get-auth-token", "--generate"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if made.returncode:
             last = (made.stderr.strip().splitlines() or ["no output"])[-1]

@@ -9,7 +9,9 @@
   This kernel has no netem: bandwidth can be shaped, latency cannot be added.
 - Node 0 runs the Ray head, the others `ray start --address`, each with a private temp folder (so the host's
   `/tmp/ray` and its "current cluster" are left alone) and `GLOO_SOCKET_IFNAME=eth0`: gloo would otherwise bind
-  the address the shared hostname resolves to, loopback here. The comparison's driver runs inside node 0.
+  the address the shared hostname resolves to, loopback here. Every node and the driver hold the cluster's token
+  (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN), as docs/real-cluster.md's recipe gives a real cluster's nodes the head's.
+  The comparison's driver runs inside node 0.
 - Each node's hostname resolves to its own address (`/etc/netns/<ns>/hosts`, which `ip netns exec` mounts over
   /etc/hosts), as on a real cluster: Horovod 0.28.1 builds its process-set gloo device from the hostname whatever
   HOROVOD_GLOO_IFACE says, and the host's own /etc/hosts maps it to loopback.
@@ -24,10 +26,11 @@ import math
 import os
 import re
 import shutil
+import secrets
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from contract.config import ConfigError
@@ -92,6 +95,8 @@ class Cluster:
     """Names every namespace and link of this cluster, so that teardown finds them all and no others."""
     temp_dir: Path
     """Ray's temp folder for every node of this cluster: sessions and logs, removed at teardown."""
+    token: str = field(default_factory=lambda: secrets.token_hex(32))
+    """The cluster's Ray token, which every node and the driver hold, as a real cluster's nodes hold the head's."""
 
     def namespace(self, node: int) -> str:
         return f"{self.prefix}-n{node}"
@@ -114,9 +119,9 @@ class Cluster:
 def node_environment(cluster: Cluster) -> dict[str, str]:
     """What every process in a node sees, Ray's daemons and so its workers included."""
     return {**os.environ,
-            # A throwaway cluster that only this host's namespaces can reach: Ray's token would only get in the way
-            # of the driver, and would be written into the user's ~/.ray.
-            "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+            # Token authentication, as docs/real-cluster.md sets up a real cluster: one token on every node, given
+            # in the environment (nothing is written into the user's ~/.ray).
+            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": cluster.token, "RAY_USAGE_STATS_ENABLED": "0",
             # DDP's gloo; Horovod's takes the same interface (horovod_ddp.worker.ray_worker).
             "GLOO_SOCKET_IFNAME": INTERFACE,
             "RAY_ADDRESS": cluster.address, "PYTHONUNBUFFERED": "1"}

@@ -22,7 +22,7 @@ from contract import options
 from contract.config import ConfigError, TrainConfig
 from contract.results import History
 from workload import checkpoint, compression, data, tools
-from workload.distributed import DistContext, timed_alone
+from workload.distributed import DistContext, device_sync, timed_alone
 from workload.run import build_model, on_main, resume_state, train_and_report
 from workload.tracing import Tracer
 from workload.trainer import NoAveraging, Trainer, amp_scaler, build_optimizer, shard_loader
@@ -56,8 +56,9 @@ class HorovodGradientSync:
         pass
 
     def wait(self, backward_end: float) -> float:
-        start = time.perf_counter()
+        start = time.perf_counter()  # backward's end: on a GPU, Trainer._now synchronised the device for it
         self.optimizer.synchronize()  # Horovod: a sync point; waits for the averaged gradients
+        device_sync(self.ctx.device)()  # on a GPU, until they are on the device, as DDP's wait ends
         return time.perf_counter() - start
 
     def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
@@ -75,7 +76,7 @@ class HorovodGradientSync:
             for handle in handles:
                 hvd.synchronize(handle)
 
-        return timed_alone(hvd.barrier, average_once, self.ctx.average)
+        return timed_alone(hvd.barrier, average_once, self.ctx.average, device_sync(self.ctx.device))
 
 
 def init(cfg: TrainConfig) -> DistContext:

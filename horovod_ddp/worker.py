@@ -45,7 +45,7 @@ def run_horovodrun(cfg: TrainConfig) -> NoReturn:
         data.check_known(rank_cfg)
         on_main(ctx, lambda: resume_state(rank_cfg, "horovod", "horovodrun"))  # refused before any data is written
         rank_cfg = resolve_dataset(ctx, rank_cfg)  # its `dataset:` line is the run's first
-        if ctx.world_size == 1:
+        if ctx.world_size == 1 and "HOROVOD_RANK" not in os.environ:  # Horovod: horovodrun -np 1 sets it too
             log.info("not started by horovodrun: running as a single worker "
                      "(use horovodrun -np N python -m horovod_ddp.train for N)")
         return train(ctx, rank_cfg, "horovodrun", watchdog)

@@ -15,7 +15,7 @@ from contract import options
 from contract.config import TrainConfig
 from contract.results import History
 from workload import checkpoint, compression, data, tools
-from workload.distributed import DistContext, timed_alone
+from workload.distributed import DistContext, device_sync, timed_alone
 from workload.run import build_model, train_and_report
 from workload.tracing import Tracer
 from workload.trainer import NoAveraging, Trainer, amp_scaler, build_optimizer, shard_loader
@@ -31,8 +31,9 @@ class DDPGradientSync:
     """DDP averages gradients inside backward(), bucket by bucket, overlapping with the rest of backward.
 
     A comm hook (the stock one for --compression, only timed) notes when the last bucket was handed to the
-    allreduce; the time backward() still took after that is the communication that was not hidden behind compute.
-    On GPU the note is the launch time on the host, so it also counts the tail of backward's kernels.
+    allreduce; the time backward() still took after that is the communication that was not hidden behind compute. On
+    a GPU the note is a CUDA event on the stream that computed the bucket, so the wait begins where the last gradient
+    was computed on the device, as Horovod's does (docs/measuring.md, "Where a wait begins"), not at the host's launch.
     """
 
     def __init__(self, model: DDP, optimizer: torch.optim.Optimizer, compression_name: str = "none",
@@ -41,6 +42,7 @@ class DDPGradientSync:
         self.hook = compression.ddp_hook(compression_name)
         self.wire = compression.DTYPES.get(compression_name)
         self.last_bucket_at = 0.0
+        self.last_bucket_ready: torch.cuda.Event | None = None
         self.buckets: dict[int, int] = {}  # elements per bucket, as DDP cut them (it may re-cut after step 1)
         model.register_comm_hook(self, _timed_hook)  # DDP: the stock hook for the compression, same maths
 
@@ -51,6 +53,11 @@ class DDPGradientSync:
         pass
 
     def wait(self, backward_end: float) -> float:
+        if self.last_bucket_ready is not None:  # a GPU: backward_end came after synchronising the device
+            done = torch.cuda.Event(enable_timing=True)
+            done.record()
+            done.synchronize()
+            return max(0.0, self.last_bucket_ready.elapsed_time(done) / 1000)
         return max(0.0, backward_end - self.last_bucket_at)
 
     def alone(self) -> float:
@@ -62,7 +69,7 @@ class DDPGradientSync:
             for work in [dist.all_reduce(t, async_op=True) for t in tensors]:
                 work.wait()
 
-        return timed_alone(dist.barrier, average_once, self.ctx.average)
+        return timed_alone(dist.barrier, average_once, self.ctx.average, device_sync(self.ctx.device))
 
     def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
         apply(self.optimizer)
@@ -70,6 +77,9 @@ class DDPGradientSync:
 
 def _timed_hook(state: DDPGradientSync, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     state.last_bucket_at = time.perf_counter()
+    if bucket.buffer().is_cuda:  # the hook runs on the host ahead of the device: mark the point on the stream
+        state.last_bucket_ready = torch.cuda.Event(enable_timing=True)
+        state.last_bucket_ready.record()
     state.buckets[bucket.index()] = bucket.buffer().numel()
     return state.hook(None, bucket)
 

@@ -31,6 +31,8 @@ def _ray_train_context(cfg: TrainConfig) -> DistContext:
 
     context = ray.train.get_context()
     device = ray.train.torch.get_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # DDP: the device Ray Train gave this worker is the current one, as torchrun's
     return DistContext(rank=context.get_world_rank(), world_size=context.get_world_size(),
                        local_rank=context.get_local_rank(), device=device, all_reduce=torch_all_reduce(device))
 

@@ -1,42 +1,60 @@
 """One offline GPU check: Horovod built with NCCL from its sdist, then native DDP under torchrun and Horovod under
 horovodrun on every GPU of this machine, beside the single-process reference, per model, in float32 and with
-`--amp fp16` (GradScaler) and `--amp bf16`: parity and steady samples/s over interleaved repeats, and DataParallel as
-a further reference where there are two GPUs or more.
+`--amp fp16` (GradScaler) and `--amp bf16`: parity and steady samples/s, and DataParallel as a further reference where
+there are two GPUs or more.
 
     HOROVOD_SDIST=horovod-0.28.1.tar.gz make gpu-check
-    python3 -m ray_jobs.gpu_check --sdist horovod-0.28.1.tar.gz --models resnet18 --amp none --repeats 3
+    python3 -m ray_jobs.gpu_check --sdist horovod-0.28.1.tar.gz --models resnet50 --amp none,bf16 --repeats 3
+    python3 -m ray_jobs.gpu_check --sdist horovod-0.28.1.tar.gz --launchers ray --models resnet50   # Ray Train's arm
 
-It needs what a GPU machine holds (torch, torchvision, a CUDA toolkit and NCCL): no package index, no Ray and no
-install of this project; run it from the source tree. Horovod goes into <output-dir>/horovod (pip --target), not
-into the Python environment. Every other flag is compare's (python -m ray_jobs.compare --help) and overrides the
-defaults below. Writes <output-dir>/<run-id>/: a comparison per model and precision with its report, grid.json and
-the grid's report (python -m ray_jobs.compare --render renders it again), and prints one table.
+It needs what a GPU machine holds (torch, torchvision, a CUDA toolkit and NCCL): no package index, no Ray (but for
+--launchers ray) and no install of this project; run it from the source tree. Horovod is built into a temporary folder
+outside --output-dir (its wheel is cached, so a second check installs it in seconds). It prints the plan and its
+estimate first; --budget-min bounds the whole check, the build included: a setting that the time so far says cannot
+end within it does not start, and the report names it. Every other flag is compare's (python -m ray_jobs.compare
+--help) and overrides the defaults below. Writes <output-dir>/<run-id>/: a comparison per model and precision with its
+report, grid.json and the grid's report (python -m ray_jobs.compare --render renders it again), and prints one table.
+
+--cpu-stand-in rehearses the check on a machine without a GPU (make gpu-rehearsal, tools/gpu_rehearsal.py): the same
+build with NCCL, for the compute capabilities in HOROVOD_BUILD_CUDA_CC_LIST, then the same plan with CPU runs in place
+of GPU ones (fp16 needs a GPU: its settings are left out).
 """
 
 import argparse
+import atexit
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from analysis import terminal, tuning
+from analysis import terminal, text, tuning
 from contract.comparison import CompareConfig
 from contract.config import ConfigError, TrainConfig
 from contract.errors import RunFailed
+from launchers import arms
 from ray_jobs import compare, grid, orchestrator
 from runtime import cli, preflight
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "tools" / "build_horovod.py"
-DEFAULTS = ["--models", "convnet,resnet18,resnet50,vit_b_16", "--amp", "none,fp16,bf16", "--launchers",
-            "torchrun,horovodrun", "--epochs", "1", "--repeats", "2", "--no-ceiling"]
-"""What the check runs unless its flags say otherwise: each backend under its own launcher (no Ray there), one epoch,
-two interleaved rounds per precision and model, without the ceiling arms (they would add half again to a run that
-must fit one device call)."""
+DEFAULTS = ["--models", "convnet,resnet50,vit_b_16", "--amp", "none,fp16,bf16", "--launchers", "torchrun,horovodrun",
+            "--epochs", "1", "--repeats", "1", "--no-ceiling", "--dataset", "synthetic", "--budget-min", "7"]
+"""What the check runs unless its flags say otherwise: each backend under its own launcher, one epoch of synthetic data
+(no download offline), one round per precision and model, without the ceiling arms, within 7 minutes with the build:
+a first GPU run that fits one device call with room to run it again (ESTIMATE_S prices it)."""
+ESTIMATE_S = {"build": 150.0, "local": 5.0, "torchrun": 8.0, "horovodrun": 8.0, "ray": 10.0, "ray_start": 20.0}
+"""Seconds the plan's estimate takes per step on one GPU machine, assumed rather than measured on a GPU (none has run
+the check yet): Horovod's build with NCCL on 16 cores; a run under each launcher, start-up-bound at the default sizes
+(on 2 CPU cores here a run of these models' first 20 steps took 4.3-9.8 s end to end under torchrun and horovodrun,
+2.2-5.9 s for the in-process reference; a GPU adds CUDA's start and takes the steps in a second or two); Ray's own
+start. The check prints its measured pace as it goes, and --budget-min, not this estimate, bounds it."""
 
 
 def parser() -> cli.Parser:
@@ -44,27 +62,39 @@ def parser() -> cli.Parser:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     out.add_argument("--sdist", default=os.environ.get("HOROVOD_SDIST", ""),
                      help="Horovod 0.28.1's sdist (horovod-0.28.1.tar.gz) to build with NCCL (default: $HOROVOD_SDIST)")
+    out.add_argument("--cpu-stand-in", action="store_true",
+                     help="rehearse without a GPU: build with NCCL for HOROVOD_BUILD_CUDA_CC_LIST, then run the "
+                          "plan on CPUs (make gpu-rehearsal)")
     return out
 
 
 def main() -> int:
+    began = time.monotonic()
     args, rest = parser().parse_known_args()
-    gpus = count_gpus()
+    gpus = 1 if args.cpu_stand_in else count_gpus()
     if not args.sdist or not Path(args.sdist).is_file():
         raise ConfigError(f"name Horovod 0.28.1's sdist with --sdist or HOROVOD_SDIST (got {args.sdist or 'none'}); "
                           "pip download --no-deps --no-binary :all: horovod==0.28.1 fetches it where an index is")
+    if args.cpu_stand_in and not os.environ.get("HOROVOD_BUILD_CUDA_CC_LIST", "").strip():
+        raise ConfigError("--cpu-stand-in builds Horovod with NCCL for GPUs this machine does not have: set "
+                          "HOROVOD_BUILD_CUDA_CC_LIST (90 for an H100 or H200)")
     toolchain = build_choice()
     if not toolchain.gpu:
         raise ConfigError(f"Horovod cannot be built with NCCL here: {toolchain.why}")
-    argv = arguments(gpus, rest)
-    *_, root = checked(argv)
-    target = root / "horovod"
+    argv = arguments(gpus, rest, use_gpu=not args.cpu_stand_in)
+    if args.cpu_stand_in:
+        argv = on_cpus(argv)
+    cmp, _, settings, _ = checked(argv)
+    log.info("the plan: %s", plan_text(settings, cmp, gpus, estimate_s(settings, cmp, gpus)))
+    target = Path(tempfile.mkdtemp(prefix="horovod-nccl-"))
+    atexit.register(shutil.rmtree, target, ignore_errors=True)
     log.info("building Horovod with NCCL into %s (%s)", target, toolchain.why)
     built = subprocess.run([sys.executable, str(BUILD), "--sdist", args.sdist, "--target", str(target)])
     if built.returncode:
         raise RunFailed(f"building Horovod with NCCL failed (exit {built.returncode}; its output is above)")
     use(target)
-    return measure(argv)
+    log.info("Horovod with NCCL ready after %s", text.duration(time.monotonic() - began))
+    return measure(argv, began + 60 * cmp.budget_min)
 
 
 def count_gpus() -> int:
@@ -98,6 +128,35 @@ def arguments(gpus: int, given: list[str], use_gpu: bool = True) -> list[str]:
     return [*DEFAULTS, "--workers", str(gpus), *(["--use-gpu"] if use_gpu else []), *given]
 
 
+def on_cpus(argv: list[str]) -> list[str]:
+    """The check's flags for CPU stand-ins: its precisions but fp16, which needs a GPU and a GradScaler."""
+    asked = [part.strip() for part in compare.parser().parse_args(argv).amp.split(",")]
+    kept = [amp for amp in asked if amp != "fp16"] or ["none"]
+    if kept != asked:
+        log.info("on CPU stand-ins --amp %s runs as --amp %s: fp16 needs a GPU", ",".join(asked), ",".join(kept))
+    return [*argv, "--amp", ",".join(kept)]
+
+
+def estimate_s(settings: list[dict[str, Any]], cmp: CompareConfig, gpus: int) -> float:
+    """The check's seconds by ESTIMATE_S: the build, then each setting's runs (orchestrator.runs lists them)."""
+    compared = arms.for_backends(list(cmp.backend_names), list(cmp.launcher_names))
+    total = ESTIMATE_S["build"] + (ESTIMATE_S["ray_start"] if "ray" in cmp.launcher_names else 0.0)
+    for n in cmp.worker_counts:
+        planned, _ = orchestrator.runs([n], compared, cmp.repeats)
+        total += len(settings) * sum(ESTIMATE_S[arm.launcher] for _, arm, _ in planned)
+    return total
+
+
+def plan_text(settings: list[dict[str, Any]], cmp: CompareConfig, gpus: int, seconds: float) -> str:
+    """The plan in one line: settings, runs, and the estimate beside the budget."""
+    compared = arms.for_backends(list(cmp.backend_names), list(cmp.launcher_names))
+    runs = sum(len(orchestrator.runs([n], compared, cmp.repeats)[0]) for n in cmp.worker_counts) * len(settings)
+    return (f"{len(settings)} setting(s) × {', '.join(map(str, cmp.worker_counts))} worker(s) on {gpus} GPU(s), "
+            f"{cmp.repeats} round(s) of {', '.join(arm.label for arm in compared)}: {runs} runs; about "
+            f"{text.duration(seconds)} with the build (ray_jobs/gpu_check.py's ESTIMATE_S, assumed per run), within "
+            f"--budget-min {cmp.budget_min:g}")
+
+
 def use(target: Path) -> None:
     """The Horovod in `target` for this process and every launcher and rank it starts."""
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), str(REPO), os.environ.get("PYTHONPATH")]))
@@ -114,10 +173,11 @@ def checked(argv: list[str]) -> tuple[CompareConfig, TrainConfig, list[dict[str,
     return cmp, base, settings, preflight.writable_dir(cmp.output_dir, "--output-dir")
 
 
-def measure(argv: list[str]) -> int:
-    """compare's grid over the check's settings, its report, and one table."""
+def measure(argv: list[str], deadline: float | None = None) -> int:
+    """compare's grid over the check's settings, no setting started past what `deadline` (time.monotonic()) allows,
+    its report, and one table."""
     cmp, base, settings, root = checked(argv)
-    grid_dir = grid.run(base, settings, cmp, root)
+    grid_dir = grid.run(base, settings, cmp, root, deadline=deadline)
     loaded = tuning.load(grid_dir)
     log.info("%s", "\n".join(terminal.check_table(*loaded, grid_dir)))
     return compare.outcome([loaded[1][s["folder"]] for s in loaded[0]["settings"]], cmp.assert_parity)

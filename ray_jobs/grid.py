@@ -122,19 +122,26 @@ def labels(base: TrainConfig, grid: list[dict[str, Any]]) -> list[str]:
 
 
 def run(base: TrainConfig, grid: list[dict[str, Any]], cmp: CompareConfig, root: Path, run_id: str = "",
-        resume: bool = False, **kwargs: Any) -> Path:
+        resume: bool = False, deadline: float | None = None, **kwargs: Any) -> Path:
     """One comparison per setting into root/<grid-id>/<setting>/ (grid id: `run_id`, else a timestamp), then
     grid.json and the tuning report there. A setting that leaves an option out keeps `base`'s value; `resume`: go on
-    in that folder, keeping its finished settings and resuming a stopped one; `kwargs`: orchestrator.compare's."""
+    in that folder, keeping its finished settings and resuming a stopped one; `deadline` (time.monotonic()): no
+    setting starts once the settings run so far, at their mean pace, say it would end past it (the first always
+    starts), and grid.json names those left out; `kwargs`: orchestrator.compare's."""
     configs = [replace(base, **setting) for setting in grid]
     grid = [{name: getattr(cfg, name) for name in OPTIONS} for cfg in configs]
     varied = [name for name in OPTIONS if len({setting[name] for setting in grid}) > 1]
     grid_dir = root / (run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
     grid_dir.mkdir(parents=True, exist_ok=resume)
-    folders, began, ran = [], time.monotonic(), 0
+    folders, began, ran, cut = [], time.monotonic(), 0, []
     log.info("%d setting(s), one whole comparison each; the time they take is known after the first", len(grid))
     for i, (setting, cfg) in enumerate(zip(grid, configs), 1):
         folder = label(setting, varied)
+        if deadline is not None and ran and time.monotonic() + (time.monotonic() - began) / ran > deadline:
+            cut = [label(s, varied) for s in grid[i - 1:]]
+            log.info("--budget-min is spent: %d setting(s) not run (%s); the settings so far took %s each",
+                     len(cut), ", ".join(cut), text.duration((time.monotonic() - began) / ran))
+            break
         folders.append(folder)
         if resume and (grid_dir / folder / runs.COMPARISON).exists():
             log.info("setting %d/%d: %s finished before the grid stopped; kept", i, len(grid), folder)
@@ -150,7 +157,7 @@ def run(base: TrainConfig, grid: list[dict[str, Any]], cmp: CompareConfig, root:
         ran += 1
     record = {"schema_version": tuning.SCHEMA_VERSION, "grid_id": grid_dir.name, "varied": varied,
               "settings": [{"folder": f, **s} for f, s in zip(folders, grid)], "workers": list(cmp.worker_counts),
-              "repeats": cmp.repeats}
+              "repeats": cmp.repeats, **({"budget_cut": cut} if cut else {})}
     space.write_json(grid_dir / tuning.GRID, record)
     if cmp.best_of_each and set(varied) - {"model", "model_width"} and set(cmp.backend_names) == set(BACKENDS):
         record["best"] = best_against_best(record, configs, cmp, grid_dir, kwargs)

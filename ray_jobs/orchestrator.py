@@ -39,7 +39,7 @@ DEFAULT_EPOCHS = 2
 RUN_KEYS = ("epochs", "final", "step_losses", "peak_rss_mb_per_worker", "parameters_identical_across_ranks",
             "buffers_identical_across_ranks", "parameters_sha256", "options", "phases", "end_to_end_s", "eval_time_s",
             "checkpoint_time_s", "placement", "model", "overlap", "cpu_s_per_1k_samples", "peak_rss_bytes",
-            "machine_load", "averaged_by", "buffers_averaged")
+            "machine_load", "averaged_by", "buffers_averaged", "gpu_math")
 OUTPUT = "output.log"
 """Each run's own lines (its epochs, its workers' lines on Ray), kept in its folder rather than printed."""
 ARTIFACTS = ("trace-rank*.json", tracing.TIMELINE, options.AUTOTUNE_LOG)

@@ -106,16 +106,25 @@ def steps_per_epoch(cfg: TrainConfig, train_count: int) -> int:
     return min(steps, cfg.max_steps_per_epoch) if cfg.max_steps_per_epoch else steps
 
 
+MEASURED_STEPS = 20
+"""The timed steps an epoch of the size a refusal proposes leaves after the warm-up."""
+
+
 def check_epoch_length(cfg: TrainConfig, train_count: int) -> None:
-    """Refuse an epoch too short to leave a step after the warm-up: there would be nothing honest to time."""
+    """Refuse an epoch too short to leave a step after the warm-up: there would be nothing honest to time. Where the
+    data is synthetic, name the size that leaves MEASURED_STEPS at these workers."""
     steps = steps_per_epoch(cfg, train_count)
     if steps <= cfg.warmup_steps:
+        enough = cfg.batch_size * cfg.workers * (cfg.warmup_steps + MEASURED_STEPS)
+        more = (f"pass --synthetic-train-size {enough} ({cfg.warmup_steps + MEASURED_STEPS} steps at --workers "
+                f"{cfg.workers})" if cfg.dataset != "mnist" and not cfg.max_steps_per_epoch else
+                f"train on more {_samples(cfg)}")
         raise ConfigError(
             f"an epoch is {steps} step(s) ({train_count} training {_samples(cfg)}, --workers {cfg.workers}, "
             f"--batch-size {cfg.batch_size}"
             f"{f', --max-steps-per-epoch {cfg.max_steps_per_epoch}' if cfg.max_steps_per_epoch else ''}"
-            f"), which leaves no step after --warmup-steps {cfg.warmup_steps} to time; lower --warmup-steps or "
-            f"--batch-size, or train on more {_samples(cfg)}"
+            f"), which leaves no step after --warmup-steps {cfg.warmup_steps} to time; {more}, or lower "
+            "--warmup-steps or --batch-size"
         )
 
 

@@ -81,6 +81,12 @@ SETUPS = {
     "planned-before-the-ceiling": lambda ws: stopped_comparison(ws / "run", before_the_ceiling=True),
     "idx-folder": lambda ws: (ws / "mnist" / "MNIST" / "raw" / "train-images-idx3-ubyte").mkdir(parents=True),
     "truncated-synthetic": lambda ws: truncated_synthetic(ws / "data"),
+    "sdist": lambda ws: write_file(ws / "horovod-0.28.1.tar.gz", b"an sdist"),
+    "toolkit-without-nvvm": lambda ws: [write_file(ws / "horovod-0.28.1.tar.gz", b"an sdist"),
+                                        *(write_file(ws / "cu13" / part, b"") for part in (
+                                            "bin/nvcc", "include/cuda_runtime.h", "include/crt/host_config.h",
+                                            "include/cccl/cuda/std/cstddef", "lib/libcudart.so.13",
+                                            "lib/libcudadevrt.a"))],
 }
 
 
@@ -362,6 +368,14 @@ TABLE = [
     case("ray_jobs.compare", ["--use-gpu"], "this Horovod was built without NCCL", env="fake-gpus"),
     case("ray_jobs.gpu_check", [], "torch sees none here (torch.cuda.device_count() is 0)"),
     case("ray_jobs.gpu_check", ["--sdist", "{ws}/nowhere.tar.gz"], "name Horovod 0.28.1's sdist", env="fake-gpus"),
+    case("ray_jobs.gpu_check", ["--cpu-stand-in", "--sdist", "{ws}/horovod-0.28.1.tar.gz"],
+         "--cpu-stand-in builds Horovod with NCCL for GPUs this machine does not have: set HOROVOD_BUILD_CUDA_CC_LIST",
+         setup="sdist"),
+    case("ray_jobs.gpu_check", ["--cpu-stand-in", "--sdist", "{ws}/horovod-0.28.1.tar.gz"],
+         "lacks nvvm/bin/cicc (nvidia-nvvm): Gloo alone", setup="toolkit-without-nvvm", env="pip-toolkit"),
+    # The default data of a ResNet-50 at 16 workers is 3 steps an epoch: the refusal names the size that is not.
+    case("ray_jobs.compare", ["--model", "resnet50", "--workers", "16"],
+         "pass --synthetic-train-size 12800 (25 steps at --workers 16), or lower --warmup-steps or --batch-size"),
 ]
 
 
@@ -380,6 +394,9 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
         monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
     elif env == "fake-gpus":  # the GPU check passes; what --use-gpu asks beyond it is checked
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    elif env == "pip-toolkit":  # a toolkit as the package index lays it out, one wheel short, for the GPU build
+        monkeypatch.setenv("CUDA_HOME", str(ws / "cu13"))
+        monkeypatch.setenv("HOROVOD_BUILD_CUDA_CC_LIST", "90")
     elif env == "no-horovodrun":
         monkeypatch.setattr(arms, "_executable", lambda name: None)
     elif env == "no-recorded-cluster":  # whatever other tests left in /tmp/ray: this run would start its own Ray

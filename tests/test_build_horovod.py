@@ -77,16 +77,62 @@ def test_given_capabilities_win_over_the_gpus_seen(monkeypatch):
     assert build_horovod.capabilities(NoGpu) == []
 
 
-def test_the_gpu_build_raises_the_cuda_kernels_standard_too(tmp_path):
+SETUP_PY = "      setup_requires=require_list if is_build_action() else [],\n      install_requires=require_list,\n"
+
+
+def test_the_gpu_build_raises_the_cuda_kernels_standard_too_and_fetches_nothing_at_build_time(tmp_path):
     source = tmp_path / "horovod-0.28.1"
     for path, text in {"CMakeLists.txt": 'set(CMAKE_CXX_STANDARD 14)\n"set(CMAKE_CXX_STANDARD 17)\\n"\n',
                        "horovod/torch/CMakeLists.txt": "set(CMAKE_CXX_STANDARD 14)\n",
-                       "horovod/common/ops/cuda/CMakeLists.txt": "set(CMAKE_CUDA_STANDARD 11)\n"}.items():
+                       "horovod/common/ops/cuda/CMakeLists.txt": "set(CMAKE_CUDA_STANDARD 11)\n",
+                       "setup.py": SETUP_PY}.items():
         (source / path).parent.mkdir(parents=True, exist_ok=True)
         (source / path).write_text(text)
-    build_horovod.patch_cxx_standard(source, 20, gpu=True)
+    build_horovod.patch_sdist(source, 20, gpu=True)
     assert (source / "horovod/common/ops/cuda/CMakeLists.txt").read_text() == "set(CMAKE_CUDA_STANDARD 17)\n"
     assert "CMAKE_CXX_STANDARD 20" in (source / "horovod/torch/CMakeLists.txt").read_text()
+    # setuptools would fetch cffi for setup_requires, and the GPU machine has no network
+    assert (source / "setup.py").read_text() == "      setup_requires=[],\n      install_requires=require_list,\n"
+
+
+def pip_toolkit(root: Path, parts: tuple[str, ...] = ("bin/nvcc", "bin/nvcc.profile", "bin/ptxas", "nvvm/bin/cicc",
+                                                      "include/cuda_runtime.h", "include/crt/host_config.h",
+                                                      "include/cccl/cuda/std/cstddef", "lib/libcudart.so.13",
+                                                      "lib/libcudadevrt.a")) -> Path:
+    """A CUDA toolkit laid out as the package index's nvidia-cuda-* wheels install it (nvidia/cu13)."""
+    for part in parts:
+        (root / part).parent.mkdir(parents=True, exist_ok=True)
+        (root / part).write_text(part)
+    return root
+
+
+def test_a_toolkit_from_the_package_index_gets_lib64_and_libcudart_so_in_a_scratch_copy(tmp_path):
+    toolkit = pip_toolkit(tmp_path / "site" / "nvidia" / "cu13")
+    assert build_horovod.toolkit_missing(str(toolkit)) == []
+    copy = build_horovod.linkable_toolkit(toolkit, tmp_path / "work")
+    assert copy != toolkit and not (toolkit / "lib64").exists() and not (toolkit / "lib" / "libcudart.so").exists()
+    assert (copy / "lib64" / "libcudart.so").read_text() == "lib/libcudart.so.13"
+    assert (copy / "lib64" / "libcudadevrt.a").read_text() == "lib/libcudadevrt.a"
+    # nvcc reads its profile beside its real path: a copy, not a link, so that the profile's TOP is the copy
+    assert not (copy / "bin" / "nvcc").is_symlink() and not (copy / "bin" / "nvcc.profile").is_symlink()
+    assert (copy / "bin" / "ptxas").is_symlink() and (copy / "nvvm" / "bin" / "cicc").read_text() == "nvvm/bin/cicc"
+
+
+def test_a_system_toolkit_with_lib64_is_used_as_it_is(tmp_path):
+    toolkit = pip_toolkit(tmp_path / "cuda", ("bin/nvcc", "lib64/libcudart.so", "include/cuda_runtime.h"))
+    assert build_horovod.linkable_toolkit(toolkit, tmp_path / "work") == toolkit and not (tmp_path / "work").exists()
+
+
+def test_a_toolkit_missing_a_part_builds_no_nccl_and_names_the_part_and_its_wheel(tmp_path):
+    toolkit = pip_toolkit(tmp_path / "cu13", ("bin/nvcc", "include/cuda_runtime.h", "lib/libcudart.so.13",
+                                              "include/cuda/std/cstddef"))
+    missing = build_horovod.toolkit_missing(str(toolkit))
+    assert missing == ["nvvm/bin/cicc (nvidia-nvvm)", "include/crt/host_config.h (nvidia-cuda-crt)",
+                       "lib*/libcudadevrt.a (nvidia-cuda-runtime)"]
+    nccl = build_horovod.find_nccl({"NCCL_HOME": str(nccl_home(tmp_path / "nccl"))})
+    build = build_horovod.choose(str(toolkit), True, nccl, ["90"], "13.0", missing)
+    assert not build.gpu
+    assert "lacks nvvm/bin/cicc (nvidia-nvvm), include/crt/host_config.h (nvidia-cuda-crt)" in build.why
 
 
 def test_an_sdist_that_is_not_a_file_is_refused_in_one_line_before_torch(tmp_path, capsys):

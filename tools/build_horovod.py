@@ -10,9 +10,12 @@ capabilities for a GPU build), so a later clone on the same machine installs it 
     .venv/bin/python tools/build_horovod.py                      # into this environment
     python3 tools/build_horovod.py --sdist horovod-0.28.1.tar.gz --target /tmp/hvd   # offline, into a folder
 
-The GPU build (HOROVOD_GPU_OPERATIONS=NCCL, Gloo kept for CPU tensors) needs nvcc (CUDA_HOME, /usr/local/cuda or
-PATH), NCCL (NCCL_HOME, or the nvidia-nccl wheel torch brings) and the GPUs' compute capabilities (those torch sees,
-or HOROVOD_BUILD_CUDA_CC_LIST=90,...); without any of them it builds as on a CPU machine and says which was missing.
+The GPU build (HOROVOD_GPU_OPERATIONS=NCCL, Gloo kept for CPU tensors) needs nvcc (CUDA_HOME, /usr/local/cuda, PATH,
+or the nvidia-cuda-nvcc wheels in site-packages), NCCL (NCCL_HOME, or the nvidia-nccl wheel torch brings) and the GPUs'
+compute capabilities (those torch sees, or HOROVOD_BUILD_CUDA_CC_LIST=90,...); without any of them it builds as on a
+CPU machine and says which was missing. A toolkit laid out as the package index ships it (lib/ but no lib64/,
+libcudart.so.13 but no libcudart.so) is given those links in a scratch copy; the build never fetches anything once it
+has the sdist (setup.py's setup_requires, cffi, is patched away: the wheel is installed with --no-deps).
 """
 
 import argparse
@@ -61,15 +64,40 @@ class Build:
                 f"-sm{'.'.join(self.capabilities)}-{python}")
 
 
+TOOLKIT_PARTS = {
+    "bin/nvcc": "nvidia-cuda-nvcc",
+    "nvvm/bin/cicc": "nvidia-nvvm",
+    "include/crt/host_config.h": "nvidia-cuda-crt",
+    "include/cuda_runtime.h": "nvidia-cuda-runtime",
+    "lib*/libcudart.so*": "nvidia-cuda-runtime",
+    "lib*/libcudadevrt.a": "nvidia-cuda-runtime",
+    "include/cccl|include/cuda/std": "nvidia-cuda-cccl",
+}
+"""What Horovod's CUDA kernels need of a toolkit (a part: globs, `|` between alternatives: CUDA 13 keeps CCCL in
+include/cccl, CUDA 12 in include/cuda), and the package-index wheel, of the toolkit's CUDA version, that ships each
+part where the toolkit came from pip (CUDA 13's nvcc wheel holds no headers)."""
+
+
+def toolkit_missing(cuda_home: str) -> list[str]:
+    """The parts of TOOLKIT_PARTS the toolkit at `cuda_home` lacks, each as `part (wheel)`."""
+    root = Path(cuda_home)
+    return [f"{part.split('|')[0]} ({wheel})" for part, wheel in TOOLKIT_PARTS.items()
+            if not any(any(root.glob(each)) for each in part.split("|"))]
+
+
 def choose(cuda_home: str | None, nvcc: bool, nccl: Nccl | None, capabilities: list[str],
-           cuda_version: str | None = None) -> Build:
-    """The build for what was found: NCCL only with a toolkit that has nvcc, NCCL itself, and compute capabilities
-    to compile its kernels for; otherwise Gloo alone, with the first thing missing named."""
+           cuda_version: str | None = None, missing: list[str] | None = None) -> Build:
+    """The build for what was found: NCCL only with a toolkit that has nvcc and the rest of TOOLKIT_PARTS (`missing`
+    lists what it lacks), NCCL itself, and compute capabilities to compile its kernels for; otherwise Gloo alone, with
+    the first thing missing named."""
     if not capabilities:
         return Build(False, "no GPU seen and HOROVOD_BUILD_CUDA_CC_LIST unset: Gloo alone")
     if not (cuda_home and nvcc):
         return Build(False, "GPUs seen but no CUDA toolkit with nvcc (set CUDA_HOME): Gloo alone, so --use-gpu will "
                             "refuse Horovod")
+    if missing:
+        return Build(False, f"the CUDA toolkit at {cuda_home} lacks {', '.join(missing)}: Gloo alone, so --use-gpu "
+                            "will refuse Horovod; install what is named, in the toolkit's CUDA version")
     if nccl is None:
         return Build(False, "GPUs and a CUDA toolkit seen but no NCCL (set NCCL_HOME, or install the nvidia-nccl "
                             "wheel): Gloo alone, so --use-gpu will refuse Horovod")
@@ -124,7 +152,8 @@ def find_build(torch) -> Build:
     cuda_home = os.environ.get("CUDA_HOME") or find_cuda_home()
     nvcc = bool(cuda_home) and (Path(cuda_home) / "bin" / "nvcc").exists()
     return choose(cuda_home, nvcc, find_nccl(), capabilities(torch),
-                  nvcc_version(Path(cuda_home) / "bin" / "nvcc") if nvcc else None)
+                  nvcc_version(Path(cuda_home) / "bin" / "nvcc") if nvcc else None,
+                  toolkit_missing(cuda_home) if nvcc else None)
 
 
 def capabilities(torch) -> list[str]:
@@ -199,10 +228,13 @@ def build_wheel(torch_version: str, cache: Path, build: Build, sdist: str | None
         with tarfile.open(next(work.glob("horovod-*.tar.gz"))) as archive:
             archive.extractall(work, filter="data")
         source = work / f"horovod-{HOROVOD_VERSION}"
-        patch_cxx_standard(source, standard, build.gpu)
+        patch_sdist(source, standard, build.gpu)
         env = build_env()
         if build.gpu:
-            env.update(build.env, HOROVOD_NCCL_LIB=str(linkable_nccl(build.nccl, work)))
+            toolkit = str(linkable_toolkit(Path(build.cuda_home), work))
+            env.update(build.env, HOROVOD_NCCL_LIB=str(linkable_nccl(build.nccl, work)), HOROVOD_CUDA_HOME=toolkit,
+                       CUDA_HOME=toolkit, CUDAToolkit_ROOT=toolkit)
+            env["PATH"] = str(Path(toolkit) / "bin") + os.pathsep + env["PATH"]
         pip("wheel", "--no-build-isolation", "--no-deps", "-w", str(work / "dist"), str(source), env=env)
         built = next((work / "dist").glob("horovod-*.whl"))
         cache.mkdir(parents=True, exist_ok=True)
@@ -224,8 +256,41 @@ def linkable_nccl(nccl: Nccl, work: Path) -> Path:
     return shim
 
 
-def patch_cxx_standard(source: Path, standard: int, gpu: bool = False) -> None:
+def linkable_toolkit(cuda_home: Path, work: Path) -> Path:
+    """The toolkit itself where it has lib64/ and libcudart.so, as a system toolkit does; else a scratch copy in `work`
+    that has them (the package index's wheels ship lib/ and libcudart.so.13 alone, and CMake's FindCUDAToolkit and
+    nvcc's implicit -L look for lib64/ and the unversioned library). nvcc finds its profile and nvvm/ beside its own
+    real path, so the copy holds nvcc and its profile as files; everything else is linked."""
+    lib = next((cuda_home / name for name in ("lib64", "lib") if (cuda_home / name).is_dir()), cuda_home / "lib64")
+    if (cuda_home / "lib64").is_dir() and (cuda_home / "lib64" / "libcudart.so").exists():
+        return cuda_home
+    copy = work / "cuda-toolkit"
+    (copy / "bin").mkdir(parents=True)
+    for entry in cuda_home.iterdir():
+        if entry.name not in ("bin", "lib", "lib64"):
+            (copy / entry.name).symlink_to(entry)
+    for entry in (cuda_home / "bin").iterdir():
+        if entry.name in ("nvcc", "nvcc.profile"):
+            shutil.copy2(entry, copy / "bin" / entry.name)
+        else:
+            (copy / "bin" / entry.name).symlink_to(entry)
+    (copy / "lib").mkdir()
+    for entry in lib.iterdir():
+        (copy / "lib" / entry.name).symlink_to(entry)
+    if not (copy / "lib" / "libcudart.so").exists():
+        (copy / "lib" / "libcudart.so").symlink_to(sorted(lib.glob("libcudart.so.*"))[0])
+    (copy / "lib64").symlink_to("lib")
+    return copy
+
+
+def patch_sdist(source: Path, standard: int, gpu: bool = False) -> None:
+    """The sdist's build files patched: the C++ standard raised (and the CUDA kernels' with `gpu`), and setup.py's
+    setup_requires emptied, which setuptools would otherwise fetch from the network at build time (cffi, which the
+    PyTorch extension does not import)."""
     replacements = {
+        source / "setup.py": [
+            ("setup_requires=require_list if is_build_action() else [],", "setup_requires=[],"),
+        ],
         source / "CMakeLists.txt": [
             ("set(CMAKE_CXX_STANDARD 14)", f"set(CMAKE_CXX_STANDARD {standard})"),
             ('"set(CMAKE_CXX_STANDARD 17)\\n"', f'"set(CMAKE_CXX_STANDARD {standard})\\n"'),
@@ -276,14 +341,11 @@ def build_env() -> dict[str, str]:
 
 def find_cuda_home() -> str | None:
     nvcc = shutil.which("nvcc")
-    for candidate in (Path("/usr/local/cuda"), Path(nvcc).resolve().parent.parent if nvcc else None):
-        if candidate and (candidate / "include" / "cuda_runtime.h").exists():
-            return str(candidate)
-    # torch's own nvidia wheels carry the runtime headers and libcudart, for machines with no toolkit.
-    for candidate in Path(sysconfig.get_path("purelib"), "nvidia").glob("cu*"):
-        if (candidate / "include" / "cuda_runtime.h").exists():
-            return str(candidate)
-    return None
+    wheels = sorted(Path(sysconfig.get_path("purelib"), "nvidia").glob("cu*"))
+    candidates = [Path("/usr/local/cuda"), Path(nvcc).resolve().parent.parent if nvcc else None, *wheels]
+    found = [c for c in candidates if c and (c / "include" / "cuda_runtime.h").exists()]
+    # A toolkit with nvcc first: torch's own nvidia wheels carry the runtime headers and libcudart without it.
+    return str(next((c for c in found if (c / "bin" / "nvcc").exists()), found[0])) if found else None
 
 
 def pip(*args: str, env: dict[str, str] | None = None) -> None:

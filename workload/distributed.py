@@ -51,15 +51,26 @@ class DistContext:
 ALONE_TRIALS = 5
 
 
-def timed_alone(barrier: Callable[[], None], average_once: Callable[[], None], ctx_average: Callable[[Tensor], Tensor]
-                ) -> float:
+def device_sync(device: torch.device) -> Callable[[], None]:
+    """What makes a host clock read after work on `device` mean that the work is done: on a GPU, waiting for the device
+    (NCCL's work.wait() only makes the compute stream wait for NCCL's, the host goes on at once); on a CPU, nothing."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def timed_alone(barrier: Callable[[], None], average_once: Callable[[], None], ctx_average: Callable[[Tensor], Tensor],
+                sync: Callable[[], None] = lambda: None) -> float:
     """The median of a few timed runs of `average_once` (a backend's gradient averaging with nothing beside it), each
-    started together after `barrier`, averaged over the ranks."""
+    started together after `barrier`, averaged over the ranks; `sync` (device_sync) before each start and each end, so
+    that on a GPU the time is the averaging's, not its launch's."""
     times = []
     for _ in range(ALONE_TRIALS):
         barrier()
+        sync()
         start = time.perf_counter()
         average_once()
+        sync()
         times.append(time.perf_counter() - start)
     return float(ctx_average(torch.tensor([sorted(times)[len(times) // 2]], dtype=torch.float64))[0])
 

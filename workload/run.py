@@ -1,5 +1,6 @@
 """Build the pieces every backend shares, run the loop, write the result: adapters call these, in this order."""
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -62,9 +63,33 @@ def resume_state(cfg: TrainConfig, backend: str, launcher: str) -> dict[str, Any
     return state
 
 
+GPU_MATH_HOW = ("torch.use_deterministic_algorithms(True, warn_only=True): deterministic kernels wherever torch has "
+                "one (an op without one warns and runs anyway), cuDNN's deterministic convolutions without "
+                "benchmarking, CUBLAS_WORKSPACE_CONFIG=:4096:8 for cuBLAS; TF32 off for float32 matrix products and "
+                "convolutions")
+
+
+def deterministic_gpu() -> None:
+    """On a GPU, the same kernels in every arm and the reference, each computing alike run after run, and float32 as
+    float32 (TF32 off): parity then compares the backends, not kernel choices."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS's first handle: the model's first op
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+
+
+def gpu_math(device: torch.device) -> dict[str, Any] | None:
+    """What deterministic_gpu set, read back for results.json; None off a GPU."""
+    if device.type != "cuda":
+        return None
+    return {"deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "cublas_workspace_config": os.environ["CUBLAS_WORKSPACE_CONFIG"],
+            "tf32": torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32, "how": GPU_MATH_HOW}
+
+
 def build_model(cfg: TrainConfig, device: torch.device) -> torch.nn.Module:
-    if device.type == "cuda":  # parity: every arm and the reference run the same deterministic cuDNN kernels
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    if device.type == "cuda":
+        deterministic_gpu()
     # The same seed on every rank gives the same initial weights before any broadcast.
     torch.manual_seed(cfg.seed)
     return model.build(cfg).to(device)
@@ -123,15 +148,14 @@ def train_and_report(
     if not trainer.ctx.is_main:
         return None
     stamps = {"workers_started": trainer.ctx.began_at or launch.process_started(),
-              "process_group_ready": trainer.ctx.ready_at,
-              **trainer.stamps}
+              "process_group_ready": trainer.ctx.ready_at, **trainer.stamps}
     doc = results.build(
         backend=backend, launcher=launcher, workers=trainer.ctx.world_size * len(trainer.loaders), cfg=trainer.cfg,
-        history=history,
-        wall_time_s=wall_time, extra={
+        history=history, wall_time_s=wall_time, extra={
             "model": model.describe(trainer.module, trainer.cfg),
             "options": options.effective(trainer.cfg, backend), "averaged_by": averaged_by,
-            "resumed_from_epoch": resumed_from, "restarts": restarts, **extra, "timestamps": stamps,
+            "gpu_math": gpu_math(trainer.ctx.device), "resumed_from_epoch": resumed_from, "restarts": restarts,
+            **extra, "timestamps": stamps,
             # Provisional, from the command that started the workers; launchers that know better replace them.
             "phases": phases.phases(stamps, launch.launcher_started(), time.time()),
             "eval_time_s": sum(e["eval_time_s"] for e in history.epochs),  # every attempt's, as the wall time
