@@ -5,6 +5,7 @@ the first that took the step apart, which part of native − Horovod moved (an u
 snapshots share no rounds)."""
 
 import json
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -72,6 +73,12 @@ def entries(snapshot: str, folder: Path, comparison: dict[str, Any]) -> list[Ent
 
 def entry(snapshot: str, folder: Path, comparison: dict[str, Any], workers: int) -> Entry:
     config = comparison["settings"]["config"]
+    verdict = comparison["speed"][str(workers)]
+    if not all(math.isfinite(x) for x in [verdict["ratio"], *(verdict["ci95"] or [])]):
+        raise ValueError(f"native ÷ Horovod at {workers} workers is {verdict['ratio']} ({verdict['ci95']}), which no "
+                         "comparison writes")
+    if not isinstance(comparison["environment"]["cpu"], str) or not isinstance(verdict["verdict"], str):
+        raise TypeError("environment.cpu and the verdict must be text")
     found = cause.difference(comparison, workers, *speed.compared_arms(comparison["settings"]["launchers"]))
     return Entry(snapshot, folder.resolve(), config["model"], workers, row(snapshot, comparison, workers, found),
                  comparison["speed"][str(workers)]["verdict"], comparison["environment"]["cpu"],
@@ -86,12 +93,18 @@ def render(folders: list[str]) -> str:
                           "docs/results/models-xeon-2026-11-25")
     by_model: dict[tuple[str, int], list[Entry]] = {}
     seen: dict[Path, str] = {}
+    measured: dict[tuple[Any, Any], Path] = {}
     for name, found in (load(f) for f in folders):
         for folder, comparison in found:
             if (key := folder.resolve()) in seen:
                 raise ConfigError(f"{folder} is in {seen[key]} and {name}: give each snapshot once, none inside "
                                   "another")
             seen[key] = name
+            # A copy keeps the run id and the wall time to the microsecond; two measurements never share both.
+            if (same := (comparison.get("run_id"), comparison.get("wall_time_s"))) in measured:
+                raise ConfigError(f"{folder} and {measured[same]} hold the same comparison (run {same[0]}): a copy is "
+                                  "not a second snapshot; give each measurement once")
+            measured[same] = folder
             for each in entries(name, folder, comparison):
                 by_model.setdefault((each.model, each.workers), []).append(each)
     shared = {key: alike(found) for key, found in by_model.items() if len(found) > 1}

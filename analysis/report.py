@@ -618,7 +618,7 @@ def model_line(comparison: dict[str, Any]) -> str:
     model = comparison.get("model") or {"name": comparison["settings"]["config"].get("model", "convnet")}
     name = model["name"]
     spec = models.spec(name)
-    size = (f", {model['parameters'] / 1e6:.2f} M parameters, {model['gradient_bytes'] / 1e6:.1f} MB of float32 "
+    size = (f", {model['parameters'] / 1e6:.2f} M parameters, {text.size(model['gradient_bytes'])} of float32 "
             "gradient averaged per step" if model.get("parameters") else "")
     inputs = ("28x28 digits" if spec.inputs == models.DIGITS else
               f"synthetic 3x{model.get('image_size', 32)}x{model.get('image_size', 32)} images")

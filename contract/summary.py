@@ -31,6 +31,10 @@ def format_result(doc: dict[str, Any]) -> str:
             f"{100 * e['comm_share']:>5.1f}% {e['epoch_time_s']:>8.1f}"
         )
     final = doc["final"]
+    if (doc.get("model") or {}).get("batch_norm") and doc["workers"] > 1:
+        lines.append("test loss and accuracy use BatchNorm's running statistics, which each backend keeps its own way "
+                     "in training (averaged across the ranks before each evaluation): they may differ between the "
+                     "backends while the parameters agree (docs/measuring.md, \"BatchNorm buffers\")")
     lines.append(
         f"final test accuracy {100 * final['test_accuracy']:.2f}%, training wall time {final['wall_time_s']:.1f} s; "
         f"torch {env['torch']}, ray {env['ray']}, horovod {env['horovod']}, {env['cpu']}"
@@ -43,5 +47,6 @@ def _model(doc: dict[str, Any]) -> str:
     model = doc.get("model")
     if not model:
         return ""
-    return (f", model {model['name']} ({model['parameters'] / 1e6:.2f} M parameters, "
-            f"{model['gradient_bytes'] / 1e6:.1f} MB of gradient)")
+    gradient = model["gradient_bytes"]  # a user's small network is kilobytes: 0.0 MB would say it has none
+    said = f"{gradient / 1e6:.1f} MB" if gradient >= 1e5 else f"{gradient / 1e3:.1f} kB"
+    return f", model {model['name']} ({model['parameters'] / 1e6:.2f} M parameters, {said} of gradient)"

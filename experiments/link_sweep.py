@@ -9,11 +9,10 @@ network.json (the rates, and the bytes node 0's interface counted in each) and t
 import logging
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 from experiments import netsim, regime, sim_cluster
-from runtime import space
+from runtime import run_folder, space
 
 log = logging.getLogger(__name__)
 OWN_FLAGS = ("--simulate-nodes", "--link-rates", "--output-dir", "--reuse-references")
@@ -37,7 +36,7 @@ def run(argv: list[str], nodes: int, rates: list[str], root: Path, workers: list
     """Every rate's comparison, and the regime report; returns the sweep's folder and 1 if any rate failed."""
     records, code = [], 0
     with sim_cluster.cluster(nodes, netsim.cpus_per_node(max(workers), nodes)) as sim:
-        sweep_dir = _new_folder(root, datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
+        sweep_dir = run_folder.new_folder(root)
         for i, rate in enumerate(rates, 1):
             netsim.shape(sim, rate)
             network = {"nodes": nodes, "link_rate": rate, "link_bits_per_s": netsim.bits_per_s(rate)}
@@ -58,12 +57,3 @@ def run(argv: list[str], nodes: int, rates: list[str], root: Path, workers: list
     return sweep_dir, code
 
 
-def _new_folder(root: Path, name: str) -> Path:
-    """root/name, or root/name-2, … when a sweep started in the same second already took it."""
-    for suffix in ["", *(f"-{i}" for i in range(2, 100))]:
-        try:
-            (folder := root / f"{name}{suffix}").mkdir(parents=True)
-            return folder
-        except FileExistsError:
-            continue
-    raise FileExistsError(root / name)

@@ -33,7 +33,7 @@ from contract.comparison import GROUPS, LISTS, CompareConfig
 from contract.config import ConfigError, TrainConfig
 from experiments import link_sweep, netsim, regime
 from ray_jobs import grid, orchestrator, resume
-from runtime import cli, files, flags, preflight, signals
+from runtime import cli, files, flags, folder_lock, preflight, signals
 from workload import data
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def main() -> int:
     if {"--model", "--models"} <= {arg.split("=")[0] for arg in sys.argv[1:]}:
         raise ConfigError("--model and --models are one flag: give one of them, with a comma-separated list for "
                           "several models")
-    args = parser().parse_args()
+    args = make_defaults(parser().parse_args(), sys.argv[1:])
     cmp = flags.from_args(args, CompareConfig)
     if cmp.render:
         log.info("%s", render(Path(cmp.render)))
@@ -77,6 +77,28 @@ def main() -> int:
     return outcome([written], cmp.assert_parity)
 
 
+PILOT = 3
+"""The fewest rounds --target-ci's pilot measures a spread from (CompareConfig refuses fewer)."""
+
+
+def make_defaults(args: argparse.Namespace, given: list[str]) -> argparse.Namespace:
+    """make compare's --target-ci, unless the flags after it say otherwise: a --target-ci of their own wins, and a
+    --repeats below the pilot asks for that many rounds, fixed (as a user of `make compare ARGS="--repeats 2"` means),
+    which is said."""
+    if not args.make_target_ci or any(flag.split("=")[0] == "--target-ci" for flag in given):
+        return args
+    if any(flag.split("=")[0] == "--repeats" for flag in given) and args.repeats < PILOT:
+        log.info("--repeats %d: a fixed %d round(s), without make compare's --target-ci %g (its pilot needs %d)",
+                 args.repeats, args.repeats, args.make_target_ci, PILOT)
+        return args
+    if len([name for name in args.backends.split(",") if name.strip()]) < 2:
+        log.info("--backends %s: a fixed %d round(s), without make compare's --target-ci %g (it sizes native ÷ "
+                 "Horovod)", args.backends, args.repeats, args.make_target_ci)
+        return args
+    args.target_ci = args.make_target_ci
+    return args
+
+
 def resumable(folder: Path, base: TrainConfig, cmp: CompareConfig, settings: list[dict[str, Any]]
               ) -> tuple[Path, str, bool]:
     """--resume FOLDER checked before anything starts: a comparison's folder asked the same again, or a grid's whose
@@ -84,6 +106,7 @@ def resumable(folder: Path, base: TrainConfig, cmp: CompareConfig, settings: lis
     folder = preflight.writable_dir(folder, "--resume")
     if not folder.is_dir():
         raise ConfigError(f"--resume {folder} does not exist; pass the results/<run-id> folder of the stopped run")
+    folder_lock.hold(folder, "--resume")  # before anything reads or changes it
     if len(settings) == 1:
         resume.check(folder, resume.request(replace(base, **settings[0]), cmp))
     else:
@@ -123,6 +146,8 @@ def parser() -> cli.Parser:
     out.add_argument("--network", type=json.loads, help=argparse.SUPPRESS)
     out.add_argument("--run-id", default="", help=argparse.SUPPRESS)
     out.add_argument("--reuse-references", type=Path, help=argparse.SUPPRESS)
+    # make compare's default target, which the flags after it may override (make_defaults).
+    out.add_argument("--make-target-ci", type=float, default=0.0, help=argparse.SUPPRESS)
     return out
 
 

@@ -11,7 +11,6 @@ import logging
 import math
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from contract.comparison import LISTS as OPTIONS
 from contract.comparison import CompareConfig
 from contract.config import AMP, BACKENDS, COMPRESSIONS, ConfigError, TrainConfig
 from ray_jobs import orchestrator
-from runtime import flags, space
+from runtime import flags, folder_lock, run_folder, space
 
 log = logging.getLogger(__name__)
 SWITCH = {"off": False, "on": True}
@@ -131,8 +130,9 @@ def run(base: TrainConfig, grid: list[dict[str, Any]], cmp: CompareConfig, root:
     configs = [replace(base, **setting) for setting in grid]
     grid = [{name: getattr(cfg, name) for name in OPTIONS} for cfg in configs]
     varied = [name for name in OPTIONS if len({setting[name] for setting in grid}) > 1]
-    grid_dir = root / (run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
-    grid_dir.mkdir(parents=True, exist_ok=resume)
+    grid_dir = root / run_id if run_id else run_folder.new_folder(root)
+    grid_dir.mkdir(parents=True, exist_ok=resume or not run_id)
+    folder_lock.hold(grid_dir, "--resume" if resume else "--output-dir")
     folders, began, ran, cut = [], time.monotonic(), 0, []
     log.info("%d setting(s), one whole comparison each; the time they take is known after the first", len(grid))
     for i, (setting, cfg) in enumerate(zip(grid, configs), 1):

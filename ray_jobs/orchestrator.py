@@ -12,7 +12,6 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from launchers.arms import Arm
 from launchers.ray_failures import user_error
 from ray_jobs import progress
 from ray_jobs import resume as resuming
-from runtime import gpus, logs, preflight, space
+from runtime import folder_lock, gpus, logs, preflight, run_folder, space
 from workload import data, tracing
 
 log = logging.getLogger(__name__)
@@ -118,10 +117,15 @@ def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool 
         address = check_address()
         check_local_capacity(max(workers), base.use_gpu)
     base = data.resolve(base)
-    run_dir = root / (run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
-    if on_ray:
-        connect(run_dir / worker_output.LOG, address)  # one Ray for every run; its log opens with the first Ray run
-        require(max(workers), base.use_gpu)
+    run_dir = root / run_id if run_id else run_folder.new_folder(root)  # a new one: made now, so no other takes it
+    try:
+        if on_ray:
+            connect(run_dir / worker_output.LOG, address)  # one Ray for every run; its log opens with the first run
+            require(max(workers), base.use_gpu)
+    except BaseException:
+        if not run_id:
+            run_dir.rmdir()  # refused: nothing is left behind
+        raise
     planned = Plan(base, cmp, run_dir, [], [], network, finished_references(reuse_references) if reuse_references
                    else {}, reuse_references, per_backend)
     planned.runs, planned.not_applicable = runs(workers, planned.arms, cmp.repeats,
@@ -129,9 +133,11 @@ def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool 
     if not references:
         planned.runs = [run for run in planned.runs if run[1].launcher != "local"]
     if resume:
-        planned.finished = resuming.finished(run_dir)
+        folder_lock.hold(run_dir, "--resume")
+        planned.finished = resuming.finished(run_dir, rebuilder(planned))
     else:
-        run_dir.mkdir(parents=True)
+        run_dir.mkdir(parents=True, exist_ok=not run_id)
+        folder_lock.hold(run_dir, "--output-dir")
         resuming.write_plan(run_dir, asked)
     return planned
 
@@ -182,19 +188,29 @@ def execute(planned: Plan, started: float) -> list[dict[str, Any]]:
             log.info("two-stage, %d worker(s): %s", n, stage["why"])
             if stage["extra"]:
                 order = stats.balanced_order(planned.arms, cmp.repeats + stage["extra"])
-                _run_all(planned, [(r, arm, n) for r, arm in order if r >= cmp.repeats], records, spent)
+                if cut := _run_all(planned, [(r, arm, n) for r, arm in order if r >= cmp.repeats], records, spent,
+                                   started + 60 * cmp.budget_min):
+                    ran = cut["rounds"] - cmp.repeats  # the added rounds ran slower than the pilot's priced them
+                    stage.update(extra=ran, budget_limited=True, why=f"{stage['why']}; --budget-min stopped them "
+                                                                   f"after {ran}")
+                    log.info("two-stage, %d worker(s): --budget-min stopped the added rounds after %d", n, ran)
     return records
 
 
 def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict[str, Any]],
              spent: dict[int, float], deadline: float | None = None) -> dict[str, int] | None:
-    """Run `todo` in order, appending each record; a Ctrl-C or SIGTERM says how many had finished. Past `deadline`,
-    no new round starts: then the rounds that ran at that worker count, which the cut leaves whole."""
+    """Run `todo` in order, appending each record; a Ctrl-C or SIGTERM says how many had finished. No new round
+    starts that the rounds so far, at their mean length, say would end past `deadline`: then the rounds that ran at
+    that worker count, which the cut leaves whole."""
     rounds = max((r for r, _, _ in todo), default=0) + 1
-    shown = progress.Progress([(r, arm.label, n, arm.launcher == "local") for r, arm, n in todo], rounds)
+    shown = progress.Progress([(r, arm.label, n, arm.launcher == "local") for r, arm, n in todo], rounds, deadline)
+    took, round_began = [], time.monotonic()  # each finished round's seconds, and when the current one began
     for i, (round_, arm, n) in enumerate(todo, 1):
-        if deadline is not None and time.monotonic() > deadline and round_ > 0 and todo[i - 2][0] != round_:
-            return {"workers": n, "rounds": round_}
+        if i > 1 and todo[i - 2][0] != round_:  # a new round begins: the one before has ended
+            took.append(time.monotonic() - round_began)
+            round_began = time.monotonic()
+            if deadline is not None and round_ > 0 and round_began + sum(took) / len(took) > deadline:
+                return {"workers": n, "rounds": round_}
         began = time.monotonic()
         shown.start()
         if (reused := planned.reused.get((arm.label, n))) is not None:
@@ -300,17 +316,44 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path,
             # The driver knows the link the workers crossed; the workers do not.
             doc["network"] = network
             space.write_results(cfg.output_dir, doc)
-        record = {**record, "status": "ok", "error": None,
-                  "results": str(Path(cfg.output_dir, results.FILENAME).relative_to(run_dir)),
-                  "artifacts": sorted(str(p.relative_to(run_dir)) for pattern in ARTIFACTS
-                                      for p in Path(cfg.output_dir).glob(pattern)),
-                  **{k: doc.get(k) for k in RUN_KEYS}, **({"network": network} if network else {}),
-                  speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]}
+        record = record_of(arm, round_, n, run_dir, doc)
         space.write_json(Path(cfg.output_dir) / resuming.RECORD, record)  # the run is whole: a resume keeps it
         return record
     except Exception as error:  # noqa: BLE001 - a failed run is recorded in the report, and the rest go on
         message = failure_line(user_error(error) or error, cfg.output_dir)
         return {**record, "status": "failed", "error": message}
+
+
+def record_of(arm: Arm, round_: int, n: int, run_dir: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """A finished run's record for comparison.json, from its results.json (`doc`) alone: what the run itself wrote
+    is every figure the report takes from it."""
+    folder = run_dir / run_name(arm, round_, n)
+    return {"arm": arm.label, "backend": arm.backend, "launcher": arm.launcher, "workers": n, "round": round_,
+            "status": "ok", "error": None, "results": str((folder / results.FILENAME).relative_to(run_dir)),
+            "artifacts": sorted(str(p.relative_to(run_dir)) for pattern in ARTIFACTS for p in folder.glob(pattern)),
+            **{k: doc.get(k) for k in RUN_KEYS}, **({"network": doc["network"]} if doc.get("network") else {}),
+            speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]}
+
+
+def rebuilder(planned: Plan):
+    """What a resume keeps a run folder as (resume.finished): the record this comparison would write for the run its
+    record.json names, rebuilt from its results.json, where that run is one of this comparison's and its results
+    say they are that run's (backend, launcher, worker count, and the folder they were written to); else None."""
+    known = {(arm.label, n): arm for arm in {*planned.arms, *(arm for _, arm, _ in planned.runs)}
+             for n in planned.cmp.worker_counts}
+
+    def rebuild(folder: str, record: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any] | None:
+        round_, n = record.get("round"), record.get("workers")
+        arm = known.get((record.get("arm"), n))
+        if arm is None or not isinstance(round_, int) or run_name(arm, round_, n) != folder:
+            return None
+        written = Path(doc["config"]["output_dir"])
+        if (doc["backend"], doc["launcher"], doc["workers"], written.name, written.parent.name) != (
+                arm.backend, arm.launcher, n, folder, planned.run_dir.name):
+            return None
+        return record_of(arm, round_, n, planned.run_dir, doc)
+
+    return rebuild
 
 
 def run_name(arm: Arm, round_: int, n: int) -> str:

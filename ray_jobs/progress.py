@@ -12,9 +12,10 @@ from analysis import text
 class Progress:
     """The runs of one list, in order: `done` after each."""
 
-    def __init__(self, todo: list[tuple[int, str, int, bool]], rounds: int) -> None:
-        """`todo`: (round, arm, workers, whether it is a single-process reference), in order."""
-        self.todo, self.rounds = todo, rounds
+    def __init__(self, todo: list[tuple[int, str, int, bool]], rounds: int, deadline: float | None = None) -> None:
+        """`todo`: (round, arm, workers, whether it is a single-process reference), in order; `deadline`
+        (time.monotonic()): where --budget-min stops starting rounds, which the time left never passes."""
+        self.todo, self.rounds, self.deadline = todo, rounds, deadline
         self.took: dict[tuple[str, int], list[float]] = {}
         self.began = time.monotonic()
         self.round: list[str] = []
@@ -49,7 +50,10 @@ class Progress:
         spans = [self.took.get((label, n)) or kinds[local] for _, label, n, local in rest]
         if not all(spans):
             return "the time left is known after the first round"
-        return f"about {text.duration(sum(statistics.median(s) for s in spans))} left"
+        left = sum(statistics.median(s) for s in spans)
+        if self.deadline is not None and left > (budget := max(0.0, self.deadline - time.monotonic())):
+            return f"about {text.duration(budget)} left: --budget-min starts no round that would end past it"
+        return f"about {text.duration(left)} left"
 
 
 def outcome(record: dict[str, Any]) -> str:

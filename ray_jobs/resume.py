@@ -12,6 +12,7 @@ once the run has finished and its launcher's view is in its results.json.
 import json
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +37,19 @@ def request(base: TrainConfig, cmp: CompareConfig) -> dict[str, Any]:
             "target_accuracy": cmp.target_accuracy}
 
 
+PLAN_SCHEMA = 1
+
+
 def write_plan(run_dir: Path, asked: dict[str, Any]) -> None:
-    space.write_json(run_dir / PLAN, {"schema_version": 1, "request": asked})
+    space.write_json(run_dir / PLAN, {"schema_version": PLAN_SCHEMA, "request": asked})
 
 
 def check(run_dir: Path, asked: dict[str, Any]) -> None:
     """Refuse, before anything starts, a folder that is no comparison's, or a resume that asks otherwise."""
     path = run_dir / PLAN
     try:
-        saved = json.loads(path.read_text())["request"]
+        plan = json.loads(path.read_text())
+        saved, schema = plan["request"], plan.get("schema_version")
     except FileNotFoundError:
         raise ConfigError(f"--resume {run_dir}: no {PLAN} there, so it is no comparison's folder (or one started "
                           "before comparisons could resume); pass the results/<run-id> folder of the stopped "
@@ -52,6 +57,10 @@ def check(run_dir: Path, asked: dict[str, Any]) -> None:
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ConfigError(f"--resume {run_dir}: {PLAN} cannot be read ({type(error).__name__}); start a new "
                           "comparison") from None
+    if schema != PLAN_SCHEMA:
+        raise ConfigError(f"--resume {run_dir}: {PLAN} says schema_version {schema!r}, and this version of the "
+                          f"project reads {PLAN_SCHEMA}; resume it with the version that started it, or start a new "
+                          "comparison")
     if (run_dir / "comparison.json").exists():
         raise ConfigError(f"--resume {run_dir}: that comparison finished (its comparison.json is there); render it "
                           "with --render, or start a new one")
@@ -75,22 +84,22 @@ def _differences(saved: dict[str, Any], asked: dict[str, Any]) -> list[str]:
     return out
 
 
-def finished(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """The runs that finished whole before the comparison stopped, by folder name: a record.json that agrees with
-    its results.json (schema, steps, the steady figure, the final weights' hash). A folder without one, or whose
-    files disagree, was cut short or damaged: it is removed, and its run runs again."""
+def finished(run_dir: Path, rebuild: Callable[[str, dict[str, Any], dict[str, Any]], dict[str, Any] | None]
+             ) -> dict[str, dict[str, Any]]:
+    """The runs that finished whole before the comparison stopped, by folder name: a record.json equal, field for
+    field, to the record `rebuild(folder name, record, results)` makes of its results.json (orchestrator.rebuilder:
+    the run it names is one of this comparison's, in its own folder, and its results say so). A folder without one,
+    or whose files disagree (a run copied under another's name, an edited figure), was cut short or is not what it
+    claims: it is removed, and its run runs again. What is kept was rebuilt from results.json."""
     kept = {}
     for folder in sorted(p for p in run_dir.iterdir() if p.is_dir()):
         try:
             record = json.loads((folder / RECORD).read_text())
-            doc = results.read(folder / results.FILENAME)
-            whole = (record["status"] == "ok" and record["steady_samples_per_s"] ==
-                     doc["epochs"][-1]["samples_per_s_median"] and record["parameters_sha256"] ==
-                     doc.get("parameters_sha256") and record["step_losses"] == doc["step_losses"])
-        except (OSError, ValueError, KeyError, TypeError, IndexError):
-            whole = False
-        if whole:
-            kept[folder.name] = record
+            rebuilt = rebuild(folder.name, record, results.read(folder / results.FILENAME))
+        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+            rebuilt = None
+        if rebuilt is not None and rebuilt == record:
+            kept[folder.name] = rebuilt
         else:
             log.info("%s did not finish whole before the comparison stopped: it runs again", folder.name)
             shutil.rmtree(folder)

@@ -18,6 +18,19 @@ DEFAULT = "results/<run-id>"
 """What --help shows as --output-dir's default; the entry point puts the run's own folder in its place."""
 
 
+def new_folder(root: Path, name: str = "") -> Path:
+    """root/<name> (default: UTC now, 20261127-173000), made, or root/<name>-2, … where a command started in the same
+    second took it: two commands given one --output-dir never share a folder."""
+    name = name or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    for suffix in ["", *(f"-{i}" for i in range(2, 100))]:
+        try:
+            (folder := root / f"{name}{suffix}").mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
+    raise FileExistsError(root / name)
+
+
 def resolve(output_dir: str, backend: str, launcher: str) -> str:
     """`output_dir`, or where it is DEFAULT: results/<UTC start>-<backend>-<launcher>-<pid> of the launcher process
     (torchrun's agent, horovodrun) this rank runs under, or of this process where there is none or it is the

@@ -39,15 +39,18 @@ def write_checkpoint(directory: Path, epochs: int = 2, backend: str = "native", 
     checkpoint.save(directory, model, torch.optim.SGD(model.parameters(), lr=cfg.lr), history, cfg, backend, launcher)
 
 
-def stopped_comparison(folder: Path, before_the_ceiling: bool = False) -> None:
+def stopped_comparison(folder: Path, before_the_ceiling: bool = False, schema: int | None = None) -> None:
     """The folder of a comparison asked for --repeats 3, stopped before it finished; `before_the_ceiling`: planned
-    before compare ran the ceiling, so its plan says nothing of it."""
+    before compare ran the ceiling, so its plan says nothing of it; `schema`: its plan's schema_version instead."""
     from contract.comparison import CompareConfig
     from ray_jobs import resume
 
     folder.mkdir(parents=True)
     asked = resume.request(TrainConfig(epochs=2), CompareConfig(repeats=3))
     resume.write_plan(folder, {k: v for k, v in asked.items() if not (before_the_ceiling and k == "no_ceiling")})
+    if schema is not None:
+        plan = json.loads((folder / resume.PLAN).read_text())
+        (folder / resume.PLAN).write_text(json.dumps({**plan, "schema_version": schema}))
 
 
 def sweep_with_a_string_rate(folder: Path) -> None:
@@ -79,6 +82,7 @@ SETUPS = {
     "network-rate-a-string": lambda ws: sweep_with_a_string_rate(ws / "run"),
     "stopped-comparison": lambda ws: stopped_comparison(ws / "run"),
     "planned-before-the-ceiling": lambda ws: stopped_comparison(ws / "run", before_the_ceiling=True),
+    "plan-of-a-later-version": lambda ws: stopped_comparison(ws / "run", schema=99),
     "idx-folder": lambda ws: (ws / "mnist" / "MNIST" / "raw" / "train-images-idx3-ubyte").mkdir(parents=True),
     "truncated-synthetic": lambda ws: truncated_synthetic(ws / "data"),
     "sdist": lambda ws: write_file(ws / "horovod-0.28.1.tar.gz", b"an sdist"),
@@ -305,6 +309,8 @@ TABLE = [
     case("ray_jobs.compare", ["--resume", "{ws}/run", "--repeats", "3"], "was started with other settings "
          "(--no-ceiling True -> False)", "planned-before-the-ceiling"),
     case("ray_jobs.compare", ["--resume", "{ws}"], "no plan.json there, so it is no comparison's folder"),
+    case("ray_jobs.compare", ["--resume", "{ws}/run", "--repeats", "3"], "plan.json says schema_version 99, and this "
+         "version of the project reads 1", "plan-of-a-later-version"),
     case("ray_jobs.compare", ["--resume", "{ws}/nowhere"], "/nowhere does not exist; pass the results/<run-id> folder"),
     # A comparison that ran nothing renders no verdict, whatever its file claims.
     case("ray_jobs.compare", ["--render", "{ws}/run"], "holds no run, so there is nothing to render",

@@ -32,3 +32,48 @@ def test_the_first_time_left_comes_from_a_run_of_the_same_kind_never_a_guess():
     assert shown.left(1) == "the time left is known after the first round"  # a reference prices no training run
     shown.took[("native", 2)] = [60.0]
     assert shown.left(2) == "about 2 min 0 s left"  # horovod priced as native ran until it has run itself
+
+
+def test_no_round_starts_that_the_rounds_so_far_say_would_end_past_the_budget(monkeypatch, tmp_path):
+    clock = [0.0]
+
+    def ten_seconds(arm: Arm, round_: int, n: int, *args) -> dict:
+        clock[0] += 10.0
+        return record(arm, round_, n)
+
+    monkeypatch.setattr(orchestrator, "run_one", ten_seconds)
+    monkeypatch.setattr(orchestrator.time, "monotonic", lambda: clock[0])
+    cmp = CompareConfig(repeats=4, target_ci=3, budget_min=1, no_ceiling=True)
+    planned = orchestrator.Plan(TrainConfig(), cmp, Path(tmp_path), [], [])
+    planned.runs, _ = orchestrator.runs([2], planned.arms, cmp.repeats)
+    records = []
+    # round 1 (the two references and both arms) takes 40 s: a second would end at 80 s, past a deadline at 50 s
+    assert orchestrator._run_all(planned, planned.runs, records, {}, deadline=50.0) == {"workers": 2, "rounds": 1}
+    assert clock[0] == 40.0  # the old rule, past the deadline only, started round 2 at 40 s and ran to 60 s
+
+
+def test_the_time_left_never_passes_the_budget(monkeypatch):
+    monkeypatch.setattr(progress.time, "monotonic", lambda: 100.0)
+    todo = [(r, arm, 2, False) for r in range(6) for arm in ("native", "horovod")]
+    shown = progress.Progress(todo, 6, deadline=100.0 + 9 * 60)
+    shown.took = {("native", 2): [120.0], ("horovod", 2): [120.0]}
+    assert shown.left(2) == "about 9 min 0 s left: --budget-min starts no round that would end past it"
+    unbounded = progress.Progress(todo, 6)
+    unbounded.took = shown.took
+    assert unbounded.left(2) == "about 20 min 0 s left"
+
+
+def test_make_compare_s_target_gives_way_to_a_repeats_below_its_pilot_and_to_one_backend_and_says_so(caplog):
+    from ray_jobs import compare
+
+    caplog.set_level("INFO")
+    parse = compare.parser().parse_args
+    made = ["--make-target-ci", "3", "--budget-min", "9"]
+    assert compare.make_defaults(parse(made), []).target_ci == 3
+    fixed = compare.make_defaults(parse([*made, "--model", "convnet", "--repeats", "2"]), ["--model", "convnet",
+                                                                                           "--repeats", "2"])
+    assert fixed.target_ci == 0 and "--repeats 2: a fixed 2 round(s), without make compare's --target-ci 3" in \
+        caplog.text
+    assert compare.make_defaults(parse([*made, "--backends", "native"]), ["--backends", "native"]).target_ci == 0
+    own = ["--target-ci", "5", "--repeats", "2"]  # their own target: CompareConfig refuses the short pilot
+    assert compare.make_defaults(parse([*made, *own]), own).target_ci == 5

@@ -1,3 +1,4 @@
+import json
 import re
 
 import numpy as np
@@ -6,6 +7,7 @@ import torch
 
 from contract import models
 from contract.config import ConfigError, TrainConfig
+from contract.summary import format_result
 from workload import data, images, reference
 from workload.model import ConvNet, build, describe
 
@@ -109,7 +111,9 @@ def test_a_user_network_trains_on_the_images_and_is_recorded(tmp_path):
                                    epochs=2, workers=2, warmup_steps=2, log_every=100))
     doc = reference.train(cfg)
     assert doc["model"] == {"name": "tests.tiny_models:tiny", "parameters": 5_370, "gradient_bytes": 21_480,
-                            "image_size": 16, "channels": 3}
+                            "image_size": 16, "channels": 3, "batch_norm": True}
+    said = format_result(doc)  # a small network in kilobytes, and what its test loss rests on with BatchNorm
+    assert "(0.01 M parameters, 21.5 kB of gradient)" in said and "they may differ between the backends" in said
     assert doc["epochs"][-1]["train_loss"] < min(2.2, doc["epochs"][0]["train_loss"])  # it learns: ln 10 ≈ 2.3
     assert doc["overlap"] is None and doc["cpu_s_per_1k_samples"] > 0 and len(doc["peak_rss_bytes"]) == 1
 
@@ -143,3 +147,10 @@ def test_a_network_that_drops_is_recorded_so_and_its_parity_fail_says_why():
     assert report.DROPOUT_NOTE not in report.report_markdown(comparison)  # PASS: nothing to explain
     comparison["parity"]["2"]["verdict"] = "FAIL"
     assert report.DROPOUT_NOTE in report.report_markdown(comparison)
+
+
+def test_a_network_with_batch_norm_is_recorded_so():
+    with torch.device("meta"):
+        assert describe(build(TrainConfig(model="resnet18")), TrainConfig(model="resnet18"))["batch_norm"] is True
+        assert "batch_norm" not in describe(build(TrainConfig(model="vit_b_16")), TrainConfig(model="vit_b_16"))
+    assert "batch_norm" not in describe(build(TrainConfig(model="mlp")), TrainConfig(model="mlp"))

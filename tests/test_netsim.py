@@ -143,11 +143,6 @@ def test_a_later_rate_reuses_only_the_references_that_finished_and_copies_them_w
     assert (later / "reference-2w" / "results.json").read_text() == "{}"
 
 
-def test_two_sweeps_in_one_second_get_two_folders(tmp_path):
-    first, second = (link_sweep._new_folder(tmp_path, "20261123-081500") for _ in range(2))
-    assert (first.name, second.name) == ("20261123-081500", "20261123-081500-2")
-
-
 @pytest.mark.cluster
 def test_a_three_node_cluster_is_bridged_and_every_node_reaches_every_other_and_a_node_can_be_lost():
     with sim_cluster.cluster(3, 1, start_ray=False) as sim:  # the links alone

@@ -35,6 +35,7 @@ def snapshot(root, moved_ms: float = 0.0, verdict: str | None = None):
                 run["epochs"][-1]["phases_s"][part] += moved_ms / 1000
     if verdict:
         doc["speed"]["2"]["verdict"] = verdict
+    doc["run_id"] = f"measured-as-{root.name}"  # a measurement of its own, not a copy of the committed one
     (folder / "comparison.json").write_text(json.dumps(doc))
     return str(root)
 
@@ -84,6 +85,33 @@ def test_snapshots_that_cannot_be_set_side_by_side_are_one_line_and_write_nothin
     done = run_module("ray_jobs.replicate", *folders, "--output", str(tmp_path / "out.md"))
     assert_one_line_error(done, says)
     assert not (tmp_path / "out.md").exists()
+
+
+def damaged(root, change) -> str:
+    """The committed ConvNet comparison as a snapshot of its own, `change(doc)` applied."""
+    folder = root / "model-convnet"
+    shutil.copytree(CONVNET, folder)
+    doc = json.loads((folder / "comparison.json").read_text())
+    doc["run_id"] = f"measured-as-{root.name}"
+    change(doc)
+    (folder / "comparison.json").write_text(json.dumps(doc))
+    return str(root)
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda doc: doc["speed"]["2"].update(ratio=float("nan")), "native ÷ Horovod at 2 workers is nan"),
+    (lambda doc: doc["speed"]["2"].update(ci95=[1.0, float("inf")]), "which no comparison writes"),
+    (lambda doc: doc["environment"].update(cpu=7), "environment.cpu and the verdict must be text"),
+])
+def test_a_snapshot_with_a_number_no_comparison_writes_is_refused_as_damaged_not_counted(tmp_path, change, says):
+    with pytest.raises(ConfigError, match=f"is damaged or from another version .*{says}"):
+        replication.render([snapshot(tmp_path / "first"), damaged(tmp_path / "later", change)])
+
+
+def test_copies_of_one_snapshot_are_not_more_snapshots(tmp_path):
+    shutil.copytree(RESULTS / "models", tmp_path / "copy")
+    with pytest.raises(ConfigError, match="hold the same comparison .*: a copy is not a second snapshot"):
+        replication.render([str(RESULTS / "models"), str(tmp_path / "copy")])
 
 
 @pytest.mark.parametrize("output, says", [

@@ -3,40 +3,65 @@ finished whole, checked; a damaged or cut-short run runs again; other settings a
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from contract import results
-from ray_jobs import resume
+from contract.comparison import CompareConfig
+from contract.config import TrainConfig
+from launchers.arms import Arm
+from ray_jobs import orchestrator, resume
 from tests.helpers import REPO, data_flags, run_module
 
 
-def whole_run(folder, steady: float = 100.0) -> None:
-    """A run's folder as a finished run leaves it: results.json and, after it, record.json."""
-    folder.mkdir()
-    epoch = {**{k: 0.5 for k in results.EPOCH_KEYS}, "epoch": 1, "samples_per_s_median": steady, "steps": 2}
-    doc = {"schema_version": 1, "backend": "native", "launcher": "torchrun", "workers": 1, "dataset": "synthetic",
-           "config": {}, "environment": {}, "step_losses": [2.3, 2.2], "epochs": [epoch],
-           "final": {"test_accuracy": 0.5, "test_loss": 1.0, "wall_time_s": 1.0}, "timestamps": {}, "phases": {},
-           "end_to_end_s": 3.0, "parameters_sha256": "ab"}
+PLANNED = orchestrator.Plan(TrainConfig(), CompareConfig(launchers="torchrun,horovodrun", workers="1", repeats=2,
+                                                       no_ceiling=True), Path("unset"), [], [])
+
+
+def plan_in(run_dir: Path) -> orchestrator.Plan:
+    planned = replace(PLANNED, run_dir=run_dir)
+    planned.runs, _ = orchestrator.runs([1], planned.arms, 2)
+    return planned
+
+
+def whole_run(planned: orchestrator.Plan, arm: Arm, round_: int) -> Path:
+    """A run's folder as a finished run leaves it: results.json and, after it, record.json, made from it."""
+    folder = planned.run_dir / orchestrator.run_name(arm, round_, 1)
+    folder.mkdir(parents=True)
+    epoch = {**{k: 0.5 for k in results.EPOCH_KEYS}, "epoch": 1, "samples_per_s_median": 100.0, "steps": 2}
+    doc = {"schema_version": 1, "backend": arm.backend, "launcher": arm.launcher, "workers": 1,
+           "dataset": "synthetic", "config": {"output_dir": str(folder)}, "environment": {},
+           "step_losses": [2.3, 2.2], "epochs": [epoch], "final": {"test_accuracy": 0.5, "test_loss": 1.0,
+                                                                   "wall_time_s": 1.0},
+           "timestamps": {}, "phases": {}, "end_to_end_s": 3.0, "cpu_s_per_1k_samples": 2.0, "parameters_sha256": "ab"}
     (folder / results.FILENAME).write_text(json.dumps(doc))
-    (folder / resume.RECORD).write_text(json.dumps({"status": "ok", "steady_samples_per_s": steady,
-                                                    "parameters_sha256": "ab", "step_losses": [2.3, 2.2]}))
+    record = orchestrator.record_of(arm, round_, 1, planned.run_dir, doc)
+    (folder / resume.RECORD).write_text(json.dumps(record))
+    return folder
 
 
-def test_only_runs_whose_record_agrees_with_their_results_are_kept_the_rest_run_again(tmp_path):
-    whole_run(tmp_path / "native-torchrun-1w-r0")
-    whole_run(tmp_path / "horovod-horovodrun-1w-r0")
-    record = json.loads((tmp_path / "horovod-horovodrun-1w-r0" / resume.RECORD).read_text())
-    (tmp_path / "horovod-horovodrun-1w-r0" / resume.RECORD).write_text(json.dumps({**record, "parameters_sha256": "x"}))
-    whole_run(tmp_path / "native-torchrun-1w-r1")
-    (tmp_path / "native-torchrun-1w-r1" / resume.RECORD).unlink()  # killed between its results and its record
-    (tmp_path / "reference-1w").mkdir()  # killed while it trained
-    assert list(resume.finished(tmp_path)) == ["native-torchrun-1w-r0"]
+def edit(path: Path, **changes) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def test_only_runs_that_are_what_they_claim_are_kept_rebuilt_from_their_results_the_rest_run_again(tmp_path):
+    planned = plan_in(tmp_path)
+    native, horovod = Arm("native", "torchrun"), Arm("horovod", "horovodrun")
+    kept = whole_run(planned, native, 0)
+    shutil.copytree(kept, tmp_path / "native-torchrun-1w-r1")  # round 1 is round 0 again, under another name
+    edit(whole_run(planned, horovod, 0) / resume.RECORD, end_to_end_s=99999, cpu_s_per_1k_samples=123)
+    edit(whole_run(planned, horovod, 1) / results.FILENAME, end_to_end_s=99999)  # its record says 3.0
+    (whole_run(planned, Arm("reference", "local"), 0) / resume.RECORD).unlink()  # killed between the two
+    (tmp_path / "global-batch-1w").mkdir()  # killed while it trained
+    found = resume.finished(tmp_path, orchestrator.rebuilder(planned))
+    assert list(found) == ["native-torchrun-1w-r0"] and found["native-torchrun-1w-r0"]["end_to_end_s"] == 3.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["native-torchrun-1w-r0"]
 
 

@@ -66,3 +66,29 @@ def test_horovodrun_then_torchrun_by_hand_keep_their_results_apart(base_cfg, tmp
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         assert f"output: results/{folder.name}" in result.stdout
         assert read_results(folder)["backend"] == folder.name.split("-")[2]
+
+
+def test_two_commands_started_in_one_second_get_two_folders(tmp_path):
+    first, second = (run_folder.new_folder(tmp_path, "20261123-081500") for _ in range(2))
+    assert (first.name, second.name) == ("20261123-081500", "20261123-081500-2")
+
+
+def test_a_folder_another_command_writes_is_refused_naming_it_and_nothing_is_made(tmp_path):
+    from contract.config import ConfigError
+    from runtime import folder_lock
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[2]); "
+                               "from runtime import folder_lock; from pathlib import Path; "
+                               "folder_lock.hold(Path(sys.argv[1]), '--resume'); print('held', flush=True); "
+                               "time.sleep(60)", str(tmp_path), str(REPO)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(ConfigError, match=rf"--resume {tmp_path} is being written by another command "
+                                              rf"\(PID {holder.pid}\); one command writes a folder at a time"):
+            folder_lock.hold(tmp_path, "--resume")
+        assert not list(tmp_path.iterdir())
+    finally:
+        holder.kill()
+        holder.wait()
+    folder_lock.hold(tmp_path, "--resume")  # the holder gone, its lock went with it
+    folder_lock.hold(tmp_path, "--resume")  # and this process holds it once, however often it asks

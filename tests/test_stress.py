@@ -26,3 +26,20 @@ def test_a_pass_counts_its_failures_and_errors_and_the_table_names_each_with_its
     assert "| tests.test_faults::test_b | 1 of 5 | AssertionError: two lines |" in table
     assert "| tests.test_signals::test_c | 1 of 5 | fixture broke |" in table and "pytest did not finish" in table
     assert stress.table({}, 5) == "no test failed in 5 pass(es)"
+
+
+def test_a_pass_that_ran_no_test_is_a_failure_and_a_file_that_holds_no_tests_is_refused(tmp_path, capsys):
+    (tmp_path / "empty.xml").write_text("<testsuites><testsuite/></testsuites>")
+    failures = {}
+    assert stress.read(tmp_path / "empty.xml", failures) == (0, 1) and "(no test ran)" in failures
+    assert stress.main(["--passes", "1", "--tests", "README.md"]) == 2
+    assert "not one: README.md" in capsys.readouterr().err
+
+
+def test_the_horovod_suite_runs_nothing_it_could_not_count(capsys):
+    spec = importlib.util.spec_from_file_location("horovod_suite", REPO / "tools" / "horovod_suite.py")
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    for flags in (["--resets", "1", "--np", "0"], ["--timeout-s", "0"], ["--resets", "-1"]):
+        assert suite.main(flags) == 2
+        assert capsys.readouterr().err.startswith("error: --runs, --np and --timeout-s must be positive")

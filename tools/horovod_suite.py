@@ -45,11 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.reset_worker:
         return reset_worker(args.reset_worker)
+    if args.runs < 1 or args.np < 1 or args.timeout_s < 1 or args.resets < 0:
+        print("error: --runs, --np and --timeout-s must be positive, --resets 0 or more; nothing ran", file=sys.stderr)
+        return 2
     if args.resets > 0:
         return resets(args)
-    if not (args.source / SUITE).is_file() or args.runs < 1 or args.np < 1:
-        print(f"error: --source must hold {SUITE} (a checkout of horovod/horovod at v0.28.1), and --runs and --np be "
-              "positive", file=sys.stderr)
+    if not (args.source / SUITE).is_file():
+        print(f"error: --source must hold {SUITE} (a checkout of horovod/horovod at v0.28.1)", file=sys.stderr)
         return 2
     args.output_dir.mkdir(parents=True, exist_ok=True)
     unexplained = 0

@@ -32,10 +32,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     tests = [t.strip() for t in args.tests.split(",") if t.strip()]
-    missing = [t for t in tests if not (REPO / t).is_file()]
-    if args.passes < 1 or not tests or missing:
-        print(f"error: --passes takes a positive number and --tests existing files (missing: {', '.join(missing)})",
-              file=sys.stderr)
+    wrong = [t for t in tests if not ((REPO / t).is_file() and Path(t).parent.name == "tests"
+                                      and Path(t).name.startswith("test_") and t.endswith(".py"))]
+    if args.passes < 1 or not tests or wrong:
+        print(f"error: --passes takes a positive number and --tests test files of tests/ (not one: "
+              f"{', '.join(wrong) or 'none given'})", file=sys.stderr)
         return 2
     failures: dict[str, list[str]] = {}
     counts = []
@@ -72,6 +73,9 @@ def read(junit: Path, failures: dict[str, list[str]]) -> tuple[int, int]:
         failed += 1
         reason = (bad.get("message") or bad.text or "").strip().splitlines()
         failures.setdefault(name, []).append((reason[0] if reason else "no message")[:200])
+    if not passed + failed:  # a pass that ran nothing proves nothing
+        failures.setdefault("(no test ran)", []).append("pytest collected no test from --tests")
+        return 0, 1
     return passed, failed
 
 

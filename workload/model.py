@@ -75,10 +75,12 @@ def describe(network: nn.Module, cfg: TrainConfig) -> dict[str, object]:
     count = sum(p.numel() for p in network.parameters() if p.requires_grad)
     digits = models.spec(cfg.model).inputs == models.DIGITS
     dropout = any(isinstance(m, DROPOUTS) and m.p > 0 for m in network.modules())
+    batch_norm = any(isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats for m in network.modules())
     return {"name": cfg.model, "parameters": count,
             "gradient_bytes": sum(p.numel() * p.element_size() for p in network.parameters() if p.requires_grad),
             "image_size": 28 if digits else cfg.image_size, "channels": 1 if digits else 3,
-            **({"width": cfg.model_width} if cfg.model == "convnet" else {}), **({"dropout": True} if dropout else {})}
+            **({"width": cfg.model_width} if cfg.model == "convnet" else {}), **({"dropout": True} if dropout else {}),
+            **({"batch_norm": True} if batch_norm else {})}
 
 
 DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
