@@ -75,7 +75,19 @@ def efficiency_line(comparison: dict[str, Any], workers: int) -> str | None:
               if "horovod" in found else "")  # Horovod's arm on Ray
     return (f"**Efficiency** (steady samples/s ÷ the ceiling's, paired by round, 95 % CI): {'; '.join(parts)}. The "
             f"ceiling ({ceiling}) is the same ranks, launched alike, each training its own shard with no gradient "
-            f"averaging: this machine's limit for this model and worker count.{shared} {NO_PARITY}")
+            f"averaging: this machine's limit for this model and worker count.{above(found)}{shared} {NO_PARITY}")
+
+
+def above(found: dict[str, dict[str, Any]]) -> str:
+    """What an efficiency above 1 means, where one is: the arm ran faster than the limit it is measured against."""
+    over = [arm for arm, e in found.items() if e["ratio"] > 1]
+    if not over:
+        return ""
+    beyond = [arm for arm in over if found[arm]["ci95"] and found[arm]["ci95"][0] > 1]
+    why = (f" {' and '.join(beyond)} beat the ceiling beyond the interval: a run of the ceiling was slowed by "
+           "something other than averaging (the machine's load), so the limit is understated there."
+           if beyond else " That is within its interval of 1: the rounds cannot tell it from the ceiling.")
+    return f" Above 1 ({', '.join(over)}): faster than the ceiling, which averages nothing.{why}"
 
 
 def ceilings_line(comparison: dict[str, Any], workers: int) -> str | None:
@@ -106,7 +118,10 @@ def thread_table(comparison: dict[str, Any], workers: int) -> str | None:
              "median over the arm's runs). Threads are grouped by when they first appeared, since their names do not "
              "tell them apart: before the process group (the launcher's and the runtime's; under Ray Train, which "
              "forms the group before the training function, the group's too), with the group or hvd.init (the "
-             "framework's own), or once training began (torch's intra-op and autograd threads, the data loader's).",
+             "framework's own), or once training began (torch's intra-op and autograd threads, the data loader's). "
+             "All threads reads a few percent above the arm's CPU s per 1k samples: the window runs from the first "
+             "timed step to the epoch's end, the moments between steps included (the progress line's loss "
+             "allreduce every --log-every steps, the watchdog's beat), which the steps' own CPU time leaves out.",
              "", head, "|" + "---|" * head.count(" | ") + "---|"]
     for arm, values in found.items():
         medians = _medians(values)
@@ -158,9 +173,9 @@ def paragraph(comparison: dict[str, Any], workers: int) -> str | None:
 
 
 def plot_phases(comparison: dict[str, Any], path: Path) -> None:
-    """A stacked bar per arm and worker count, each part of the step a colour (the median over the arm's runs of its
-    last epoch's figures), with the 95 % interval of the mean step over the runs on each total; nothing where no run
-    recorded its step's parts."""
+    """A stacked bar per arm and worker count, each part of the step a colour (the mean over the arm's runs of its
+    last epoch's figures, so that the parts stack to the mean step), with the 95 % interval of that mean on each
+    total; nothing where no run recorded its step's parts."""
     plt = plots.pyplot()
     bars = []
     for workers in comparison["settings"]["workers"]:
@@ -174,14 +189,14 @@ def plot_phases(comparison: dict[str, Any], path: Path) -> None:
     for x, (label, values) in enumerate(bars):
         bottom = 0.0
         for i, name in enumerate(PARTS):
-            height = 1000 * statistics.median(v[name] for v in values)
+            height = 1000 * statistics.fmean(v[name] for v in values)
             ax.bar(x, height, bottom=bottom, color=f"C{i}", label=name if x == 0 else None)
             bottom += height
         mean, ci = stats.mean_interval([1000 * v["step"] for v in values])
         if ci:
             ax.errorbar(x, mean, yerr=[[mean - ci[0]], [ci[1] - mean]], color="black", capsize=4)
     ax.set_xticks(range(len(bars)), [label for label, _ in bars])
-    ax.set_ylabel("ms per step (median over runs)")
+    ax.set_ylabel("ms per step (mean over runs)")
     ax.set_title("A step taken apart: the ceiling averages nothing")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     plots.save(fig, path)

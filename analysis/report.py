@@ -73,8 +73,8 @@ def render(run_dir: str | Path) -> str:
 
 
 def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
-    """One row per arm at `workers`: steady samples/s and end-to-end time over all its finished runs, the rest from
-    its first finished run (every repeat trains the same model, so one run speaks for the losses and accuracy)."""
+    """One row per arm at `workers`: steady samples/s, end-to-end time, the step's p50 and p95 and the comm share as
+    medians over all its finished runs, the losses and accuracy from its first (every repeat trains the same model)."""
     target = comparison["settings"]["target_accuracy"]
     single = {arm: statistics.median(r[speed.METRIC] for r in arm_runs)
               for arm, arm_runs in runs.finished(comparison, 1).items()}
@@ -102,9 +102,9 @@ def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
             "runs": steady["n"],
             "end_to_end_s": statistics.median(r["end_to_end_s"] for r in arm_runs),
             "training_s": sum(epoch["epoch_time_s"] for epoch in first["epochs"]),
-            "p50_ms": 1000 * last["step_time_p50_s"],
-            "p95_ms": 1000 * last["step_time_p95_s"],
-            "comm_share": last["comm_share"],
+            "p50_ms": 1000 * statistics.median(r["epochs"][-1]["step_time_p50_s"] for r in arm_runs),
+            "p95_ms": 1000 * statistics.median(r["epochs"][-1]["step_time_p95_s"] for r in arm_runs),
+            "comm_share": statistics.median(r["epochs"][-1]["comm_share"] for r in arm_runs),
             "time_to_target_s": reached,
             "peak_rss_mb": max(first["peak_rss_mb_per_worker"]),
             "peak_rss_per_rank": [max(ranks) for ranks in zip(*(r["peak_rss_bytes"] for r in arm_runs
@@ -128,8 +128,8 @@ def table(comparison: dict[str, Any], workers: int) -> str:
         ("test accuracy", lambda r: f"{100 * r['test_accuracy']:.2f}%"),
         ("steady samples/s, all workers (median, min–max, runs)", steady_text),
         ("end to end (median)", lambda r: text.seconds(r["end_to_end_s"])),
-        ("step p50 / p95", lambda r: f"{r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms"),
-        ("comm share", lambda r: f"{100 * r['comm_share']:.1f}%"),
+        ("step p50 / p95 (median of runs)", lambda r: f"{r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms"),
+        ("comm share (median of runs)", lambda r: f"{100 * r['comm_share']:.1f}%"),
         ("overlap", lambda r: overlap_text(r["overlap"])),
         ("CPU s per 1k samples", lambda r: figure(r["cpu_per_1k"], ".2f")),
         ("peak RSS per rank", lambda r: rss(r["peak_rss_per_rank"])),
@@ -335,12 +335,12 @@ def step_table(comparison: dict[str, Any], workers: int) -> str | None:
     head = f"| arm | runs | {' | '.join(names)} |"
     lines = ["**A step taken apart** (ms): each phase's mean over the middle half of the last epoch's measured steps "
              "of every rank (the quickest and slowest quarter left out, so that the parts add up to the step, which "
-             "medians taken phase by phase do not), then the median over the arm's runs; the remainder "
-             "is what a step spends outside the phases (zeroing the gradients, bookkeeping; in the reference, its "
-             "emulated averaging).", "", head,
+             "medians taken phase by phase do not), then the mean over the arm's runs, which keeps them adding up; "
+             "the remainder is what a step spends outside the phases (zeroing the gradients, bookkeeping; in the "
+             "reference, its emulated averaging).", "", head,
              "|" + "---|" * head.count(" | ") + "---|"]
     for arm, values in found.items():
-        cells = " | ".join(f"{1000 * statistics.median(v[name] for v in values):.1f}" for name in names)
+        cells = " | ".join(f"{1000 * statistics.fmean(v[name] for v in values):.1f}" for name in names)
         lines.append(f"| {arm} | {len(values)} | {cells} |")
     for a, b in cause.pairs(comparison):
         if found := cause.difference(comparison, workers, a, b):

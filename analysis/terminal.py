@@ -43,7 +43,9 @@ def per_workers(comparison: dict[str, Any], n: int) -> list[str]:
     if found := comparison.get("efficiency", {}).get(key):
         out.append("efficiency (samples/s ÷ the ceiling's, nothing averaged): " + ", ".join(
             f"{arm} {e['ratio']:.2f}" + (f" ({e['ci95'][0]:.2f}–{e['ci95'][1]:.2f})" if e["ci95"] else "")
-            for arm, e in found.items()))
+            for arm, e in found.items()) + ("; above 1: faster than the ceiling, within its interval or the "
+                                            "ceiling's runs were slowed (the report says which)"
+                                            if any(e["ratio"] > 1 for e in found.values()) else ""))
     if floor := comparison.get("noise_floor", {}).get(key):
         widths = [stats.stored_half_width(e) for e in floor.values() if e["ci95"] is not None]
         out.append(f"A/A resolution: ±{100 * max(widths):.1f} %" if widths else "A/A resolution: one round, unknown")

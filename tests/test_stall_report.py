@@ -188,3 +188,11 @@ def test_a_ray_worker_the_kernel_or_ray_killed_for_memory_is_named_as_memory():
     assert "died (its process exited" in str(worker_failure(RayActorError(), RayRunOptions(), "rerun"))
     assert "ended by Ray's memory monitor: memory ran out on its node" in str(
         worker_failure(OutOfMemoryError("low memory"), RayRunOptions(), "rerun"))
+
+
+def test_a_stall_after_the_last_epoch_is_said_to_be_in_the_finish_not_in_training(tmp_path):
+    watchdog = Watchdog(30, str(tmp_path))  # not entered: no thread
+    watchdog.epoch_done(1)
+    assert "while training (--stall-timeout-s 30)" in watchdog._line({})
+    watchdog.fit_done()
+    assert "while finishing, after its last epoch" in watchdog._line({})

@@ -26,6 +26,9 @@ class Tool:
     def epoch_done(self, epoch: int) -> None:
         """The epoch is over, its checkpoint written."""
 
+    def fit_done(self) -> None:
+        """The last epoch is over: what follows is the run's final checks and its results."""
+
 
 class Tools(Tool):
     """Several tools told of each moment in the order given; `None`s (a tool that is off) are left out."""
@@ -56,6 +59,10 @@ class Tools(Tool):
     def epoch_done(self, epoch: int) -> None:
         for tool in self.tools:
             tool.epoch_done(epoch)
+
+    def fit_done(self) -> None:
+        for tool in self.tools:
+            tool.fit_done()
 
 
 class FaultPoints(Tool):

@@ -140,6 +140,7 @@ class Trainer:
             on_epoch_end(epoch, history)
             self.checkpoint_time_s += time.perf_counter() - start
             self.tools.epoch_done(epoch)
+        self.tools.fit_done()
         self.stamps["training_done"] = time.time()
         return history
 

@@ -78,6 +78,9 @@ class Watchdog(Tool):
     def epoch_done(self, epoch: int) -> None:
         self.kick()
 
+    def fit_done(self) -> None:
+        self.kick("finishing, after its last epoch (the final checks and the averaging timed alone)")
+
     def _watch(self) -> None:
         while not self._stop.wait(min(1.0, self.timeout_s / 4)):
             self._beat()
