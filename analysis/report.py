@@ -484,6 +484,16 @@ def averaged_by_text(comparison: dict[str, Any]) -> str:
             if said else "")
 
 
+def warmup_text(comparison: dict[str, Any]) -> str:
+    """The warm-up the runs left out of their timing: --warmup-steps, or what the default became in a short epoch."""
+    asked = comparison["settings"]["config"]["warmup_steps"]
+    used = {r["epochs"][-1].get("warmup_steps", asked) for r in comparison["runs"] if r["status"] == "ok"}
+    if used <= {asked}:
+        return str(asked)
+    return (f"{'/'.join(map(str, sorted(used)))} (an epoch was shorter than the default --warmup-steps {asked}: "
+            "its first half warmed up)")
+
+
 def gpu_math_text(comparison: dict[str, Any]) -> str:
     """How the GPU runs computed, as each recorded it: deterministic kernels and TF32, which parity depends on."""
     said = [r["gpu_math"] for r in comparison["runs"] if r["status"] == "ok" and r.get("gpu_math")]
@@ -594,7 +604,7 @@ def definitions(comparison: dict[str, Any]) -> list[str]:
         "a launcher: `native` and `horovod` under Ray, `native/torchrun`, `native/mp.spawn` and "
         "`horovod/horovodrun` under their own.", "",
         f"**Speed** (`{s['speed_metric']}`) is steady-state throughput: total samples/s over all workers from the "
-        f"median step time of the last epoch, its first {s['config']['warmup_steps']} steps left out; a median "
+        f"median step time of the last epoch, its first {warmup_text(comparison)} steps left out; a median "
         "ignores the odd stalled step. **End to end** is the time from the launcher's start to its return. The "
         "runs are interleaved (A B B A …; more arms in a Williams design), so a slow minute hits every arm alike; "
         "native and Horovod are compared round by round, as a paired t interval on the log ratios, exponentiated; a "

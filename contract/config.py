@@ -140,7 +140,8 @@ class TrainConfig:
     """Write a Chrome trace per rank of a few steady-state steps (torch.profiler; Horovod also its timeline)."""
 
     warmup_steps: int = 5
-    """Steps at the start of every epoch left out of the timing statistics."""
+    """Steps at the start of every epoch left out of the timing statistics; the default shrinks to half an epoch
+    shorter than it (warmup_for), a value given otherwise is kept."""
 
     threads_per_worker: int = 1
     """torch intra-op threads per worker; Ray grants one CPU per worker, so every backend gets the same."""
@@ -265,6 +266,13 @@ class TrainConfig:
 
 
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+
+
+def warmup_for(warmup_steps: int, steps: int) -> int:
+    """The warm-up of an epoch of `steps`: --warmup-steps, except that the default, where an epoch is no longer than
+    it, is the epoch's first half (rounded down), so that a short epoch, as a user's `--synthetic-train-size 256` on
+    2 ranks gives, still times its second half, as Horovod's and torch's benchmarks time what follows their warm-up."""
+    return steps // 2 if warmup_steps == _DEFAULTS["warmup_steps"] and steps <= warmup_steps else warmup_steps
 
 
 def require_path(path: str, flag: str) -> None:

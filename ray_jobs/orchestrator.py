@@ -117,6 +117,8 @@ def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool 
         address = check_address()
         check_local_capacity(max(workers), base.use_gpu)
     base = data.resolve(base)
+    if said := preflight.warmup_chosen(base, data.choose(base).train_count):
+        log.info("%s", said)
     run_dir = root / run_id if run_id else run_folder.new_folder(root)  # a new one: made now, so no other takes it
     try:
         if on_ray:

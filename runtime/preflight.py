@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract import models
-from contract.config import ConfigError, TrainConfig, require_path
+from contract.config import ConfigError, TrainConfig, require_path, warmup_for
 from runtime import space
 
 # Most filesystems cap one path component at 255 bytes; a longer run name would fail only when first written.
@@ -114,7 +114,8 @@ def check_epoch_length(cfg: TrainConfig, train_count: int) -> None:
     """Refuse an epoch too short to leave a step after the warm-up: there would be nothing honest to time. Where the
     data is synthetic, name the size that leaves MEASURED_STEPS at these workers."""
     steps = steps_per_epoch(cfg, train_count)
-    if steps <= cfg.warmup_steps:
+    warmup = warmup_for(cfg.warmup_steps, steps)
+    if steps <= warmup or (cfg.warmup_steps and not warmup):  # nothing to time, or a first step timed as steady
         enough = cfg.batch_size * cfg.workers * (cfg.warmup_steps + MEASURED_STEPS)
         more = (f"pass --synthetic-train-size {enough} ({cfg.warmup_steps + MEASURED_STEPS} steps at --workers "
                 f"{cfg.workers})" if cfg.dataset != "mnist" and not cfg.max_steps_per_epoch else
@@ -126,6 +127,17 @@ def check_epoch_length(cfg: TrainConfig, train_count: int) -> None:
             f"), which leaves no step after --warmup-steps {cfg.warmup_steps} to time; {more}, or lower "
             "--warmup-steps or --batch-size"
         )
+
+
+def warmup_chosen(cfg: TrainConfig, train_count: int) -> str | None:
+    """What the default warm-up became in an epoch shorter than it (warmup_for), in a line; None where it is kept."""
+    steps = steps_per_epoch(cfg, train_count)
+    if (warmup := warmup_for(cfg.warmup_steps, steps)) == cfg.warmup_steps:
+        return None
+    more = (f"; --synthetic-train-size {cfg.batch_size * cfg.workers * (cfg.warmup_steps + MEASURED_STEPS)} would "
+            f"time {MEASURED_STEPS}" if cfg.dataset != "mnist" and not cfg.max_steps_per_epoch else "")
+    return (f"an epoch is {steps} steps at --workers {cfg.workers}: its first {warmup} warm up (the default "
+            f"--warmup-steps {cfg.warmup_steps} would leave none to time) and {steps - warmup} are timed{more}")
 
 
 # Room for a run's results.json, TensorBoard scalars and ray.log, with a wide margin (README: Right or refused).

@@ -154,3 +154,22 @@ def test_a_network_with_batch_norm_is_recorded_so():
         assert describe(build(TrainConfig(model="resnet18")), TrainConfig(model="resnet18"))["batch_norm"] is True
         assert "batch_norm" not in describe(build(TrainConfig(model="vit_b_16")), TrainConfig(model="vit_b_16"))
     assert "batch_norm" not in describe(build(TrainConfig(model="mlp")), TrainConfig(model="mlp"))
+
+
+def test_an_epoch_shorter_than_the_default_warm_up_times_its_second_half_and_says_so(tmp_path, caplog):
+    from contract.config import warmup_for
+    from runtime import preflight
+
+    assert [warmup_for(5, steps) for steps in (2, 3, 4, 5, 6, 40)] == [1, 1, 2, 2, 5, 5]
+    assert (warmup_for(4, 3), warmup_for(0, 3)) == (4, 0)  # a warm-up asked for is kept: refused where too long
+    short = TrainConfig(model="resnet50", workers=16)  # the default 1,920 images: 3 steps at 16 workers
+    assert preflight.warmup_chosen(short, 1920) == (
+        "an epoch is 3 steps at --workers 16: its first 1 warm up (the default --warmup-steps 5 would leave none to "
+        "time) and 2 are timed; --synthetic-train-size 12800 would time 20")
+    caplog.set_level("INFO")
+    cfg = data.resolve(TrainConfig(model="tests.tiny_models:tiny", image_size=16, data_dir=str(tmp_path / "d"),
+                                   output_dir=str(tmp_path / "o"), synthetic_train_size=128, synthetic_test_size=32,
+                                   batch_size=32))
+    doc = reference.train(cfg)
+    assert doc["epochs"][-1]["steps"] == 4 and doc["epochs"][-1]["warmup_steps"] == 2
+    assert "an epoch is 4 steps: its first 2 warm up" in caplog.text

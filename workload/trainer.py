@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from contract.config import TrainConfig
+from contract.config import TrainConfig, warmup_for
 from contract.errors import Diverged
 from contract.phases import THREAD_GROUPS
 from contract.results import History
@@ -123,6 +123,9 @@ class Trainer:
     """This rank's CPU-seconds by thread group over the epoch's steady window (workload/threads.py)."""
     parts: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """The last step's forward, backward and optimizer seconds (train_step's, for the epoch's timing)."""
+    warmup: int = 0
+    """The steps each epoch leaves out of its timing: --warmup-steps, or half an epoch shorter than the default
+    (contract/config.py's warmup_for); set by fit."""
     worker_buffers: list[Tensor] = field(default_factory=list)
     """The reference's simulated workers' BatchNorm buffers, one flat copy each: each worker's forward updates its
     own, as each rank's does."""
@@ -133,6 +136,10 @@ class Trainer:
         steps = min(len(loader) for loader in self.loaders)
         if self.cfg.max_steps_per_epoch:
             steps = min(steps, self.cfg.max_steps_per_epoch)
+        self.warmup = warmup_for(self.cfg.warmup_steps, steps)
+        if self.warmup != self.cfg.warmup_steps and self.ctx.is_main:
+            log.info("an epoch is %d steps: its first %d warm up (the default --warmup-steps %d would leave none to "
+                     "time) and %d are timed", steps, self.warmup, self.cfg.warmup_steps, steps - self.warmup)
         for epoch in range(history.last_epoch + 1, self.cfg.epochs + 1):
             history.epochs.append(self.train_epoch(epoch, steps, history))
             self._log_epoch(history.epochs[-1])
@@ -181,9 +188,10 @@ class Trainer:
             "eval_time_s": time.perf_counter() - eval_start,
             "steps": steps,
             "samples": int(all_times[..., 3].sum()),
-            "cpu_s_per_rank": all_times[:, self.cfg.warmup_steps:, 4].sum(1).tolist(),
-            **epoch_timing(all_times, self.cfg.warmup_steps),
-            **cpu_by_thread(by_thread, all_times[:, self.cfg.warmup_steps:, 3].sum(1)),
+            "warmup_steps": self.warmup,
+            "cpu_s_per_rank": all_times[:, self.warmup:, 4].sum(1).tolist(),
+            **epoch_timing(all_times, self.warmup),
+            **cpu_by_thread(by_thread, all_times[:, self.warmup:, 3].sum(1)),
             **link_record,
         }
 
@@ -196,7 +204,7 @@ class Trainer:
         self.host_start, by_thread = (None, 0.0), None
         for step in range(1, steps + 1):
             self.tools.before_step(epoch, step)
-            if step == self.cfg.warmup_steps + 1:  # the steady window begins: what the machine does from here
+            if step == self.warmup + 1:  # the steady window begins: what the machine does from here
                 self.host_start, by_thread = (host_load.sample(), time.perf_counter()), threads.cpu_times()
             cpu = time.process_time()
             t0 = self._now()
