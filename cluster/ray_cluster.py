@@ -8,7 +8,7 @@ import os
 import threading
 from pathlib import Path
 
-from cluster import own_ray, ray_address, worker_output
+from cluster import own_ray, ray_address, ray_lost, worker_output
 from contract.config import ConfigError
 from contract.errors import RunFailed
 from runtime import signals
@@ -52,6 +52,8 @@ def connect(log_file: Path, address: str | None) -> None:
         hint = ("export RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token)" if "auth" in message.lower()
                 else "check that RAY_ADDRESS names the head node's GCS port (`ray status` there shows it)")
         raise ConfigError(f"could not join the Ray cluster ({message[:300]}); {hint}") from None
+    ray_lost.watch(ray.get_runtime_context().gcs_address, "the Ray this command started" if own else "the Ray cluster",
+                   ray.is_initialized)
     worker_output.take_over()
 
 

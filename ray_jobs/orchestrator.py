@@ -223,9 +223,13 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
             log.info("[%d/%d] %s, %d worker(s)%s: finished before the comparison stopped; kept", i, len(todo),
                      arm.label, n, f", round {round_ + 1}" if arm.launcher != "local" else "")
             continue
+        check_room(planned.run_dir, records, len(todo) - i + 1)
         try:
             own = replace(planned.base, **(planned.per_backend or {}).get(arm.backend, {}))
             records.append(run_one(arm, round_, n, own, planned.run_dir, planned.network))
+            if records[-1]["status"] != "ok" and preflight.free_bytes(planned.run_dir) < preflight.OUTPUT_BYTES:
+                # the disk filled during the run: its own line may not have reached its log
+                records[-1]["error"] = failure_line(space.full(planned.run_dir, "the run's files"), "")
             if line := shown.done(i, records[-1]):
                 log.info("%s", line)
         except KeyboardInterrupt:
@@ -236,6 +240,17 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
         if arm.launcher != "local":
             spent[n] = spent.get(n, 0.0) + time.monotonic() - began
     return None
+
+
+def check_room(run_dir: Path, records: list[dict[str, Any]], left: int) -> None:
+    """Before a run: room for its files (preflight's OUTPUT_BYTES), or a RunFailed that stops the comparison, which a
+    resume goes on with once there is room; a run started on a full disk could only fail."""
+    if (free := preflight.free_bytes(run_dir)) >= preflight.OUTPUT_BYTES:
+        return
+    kept = sum(r["status"] == "ok" for r in records)
+    raise RunFailed(f"no space left in {run_dir}: {space.size(free)} free, and a run needs about "
+                    f"{space.size(preflight.OUTPUT_BYTES)}; {left} run(s) not started, the {kept} that finished are "
+                    f"kept: free some space there and go on with compare's same flags and --resume {run_dir}")
 
 
 def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[str, Any],

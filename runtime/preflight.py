@@ -37,12 +37,17 @@ def _nearest_existing(path: Path) -> Path:
     return next(p for p in (path, *path.parents) if p.exists())  # the filesystem root always exists
 
 
+def free_bytes(path: str | Path) -> int:
+    """What the filesystem of `path` (or of its nearest existing folder) has free for this user."""
+    stat = os.statvfs(_nearest_existing(Path(path).expanduser().resolve()))
+    return stat.f_bavail * stat.f_frsize
+
+
 def free_space(path: str | Path, flag: str, needed: int, what: str) -> None:
     """Refuse a folder whose filesystem has less than `needed` bytes free, rather than fill the disk midway (a
     write that still finds it full is one line too: runtime/space.py)."""
     resolved = Path(path).expanduser().resolve()
-    stat = os.statvfs(_nearest_existing(resolved))
-    if (free := stat.f_bavail * stat.f_frsize) < needed:
+    if (free := free_bytes(resolved)) < needed:
         raise ConfigError(f"{flag} {resolved} has {space.size(free)} free; this run needs about {space.size(needed)} "
                           f"there ({what}); free some space or choose another folder")
 

@@ -101,3 +101,29 @@ def test_a_run_that_failed_on_a_full_disk_says_so_in_one_line_whatever_raised(tm
     assert failure_line(chained, "/out") == ("RunFailed: no space left in /out: the run's files could not be written; "
                                              "free some space there (or choose another folder) and run again")
     assert failure_line(RuntimeError("torchrun exited with 1\nmore"), "/out") == "RuntimeError: torchrun exited with 1"
+
+
+def test_a_disk_that_fills_mid_comparison_names_the_disk_and_starts_no_more_runs(tiny_disk, monkeypatch):
+    from contract.comparison import CompareConfig
+    from contract.config import TrainConfig
+    from launchers.arms import Arm
+    from ray_jobs import orchestrator
+
+    started = []
+
+    def fills_the_disk(arm: Arm, round_: int, n: int, *args) -> dict:
+        started.append(arm.label)
+        (tiny_disk / "ballast").write_bytes(b"x" * 15 * 1024)  # the run filled it, and failed with no line of its own
+        return {"arm": arm.label, "launcher": arm.launcher, "workers": n, "round": round_, "status": "failed",
+                "error": "RuntimeError: torchrun exited with 1: no error line"}
+
+    monkeypatch.setattr(orchestrator, "run_one", fills_the_disk)
+    monkeypatch.setattr(orchestrator.preflight, "OUTPUT_BYTES", 2 * 1024)  # what a run needs, at this disk's scale
+    cmp = CompareConfig(repeats=2, no_ceiling=True, launchers="torchrun,horovodrun", workers="1")
+    planned = orchestrator.Plan(TrainConfig(), cmp, tiny_disk, [], [])
+    planned.runs, _ = orchestrator.runs([1], planned.arms, cmp.repeats)
+    records = []
+    with pytest.raises(RunFailed, match=rf"no space left in {tiny_disk}: .* free, and a run needs about 2.0 kB; 4 "
+                                        rf"run\(s\) not started, the 0 that finished are kept: .*--resume {tiny_disk}"):
+        orchestrator._run_all(planned, planned.runs, records, {})
+    assert started == ["reference"] and records[0]["error"].startswith(f"RunFailed: no space left in {tiny_disk}")
