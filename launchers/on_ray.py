@@ -21,14 +21,29 @@ log = logging.getLogger(__name__)
 
 
 def launch(backend: str, cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
-    """Train on the Ray cluster this driver has joined; rank 0's result, once every rank's last line is printed."""
+    """Train on the Ray cluster this driver has joined; rank 0's result, once every rank's last line is printed. A
+    failure is raised as its one line (what failed, and how to go on), for every driver (ray_jobs.train and compare's
+    runs on Ray alike): Ray's own error carries every worker's story, the ranks' lines only in ray.log."""
     # Imported here: Horovod's launcher imports its worker, and torch with it.
     if backend == "native":
         from launchers.ray_train import run as train
     else:
         from launchers.ray_executor import run as train
-    with worker_output.one_run(cfg.workers):
-        return train(cfg, options)
+    oom_before = memory.oom_kills()
+    try:
+        with worker_output.one_run(cfg.workers):
+            doc = train(cfg, options)
+        heartbeats.take(cfg.output_dir)  # a stall that a retry (--max-failures) got past leaves its line
+        return doc
+    except Exception as error:
+        if (cause := user_error(error)) is not None:
+            raise cause from None
+        if stalled := heartbeats.take(cfg.output_dir):  # Ray names the rank that ended itself: the healthy one
+            raise PeerLost(f"{stalled}; {_resume_hint(backend, cfg, options)}") from None
+        if (failure := worker_failure(error, options, _resume_hint(backend, cfg, options),
+                                      memory.killed_since(oom_before))) is not None:
+            raise failure from None
+        raise
 
 
 def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()) -> dict[str, Any]:
@@ -55,24 +70,12 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
         checkpoint.check_resume(state, cfg, where, backend, "ray")  # again, now that `auto` has become a dataset
     connect(Path(cfg.output_dir) / worker_output.LOG, address)
     require(cfg.workers, cfg.use_gpu)
-    oom_before = memory.oom_kills()
     if retry_only:
         shutil.rmtree(cfg.checkpoint_dir, ignore_errors=True)
-    try:
-        doc = launch(backend, cfg, options)
-        heartbeats.take(cfg.output_dir)  # a stall that a retry (--max-failures) got past leaves its line
-        if retry_only:
-            shutil.rmtree(cfg.checkpoint_dir, ignore_errors=True)  # the run succeeded: nothing left to resume
-        return doc
-    except Exception as error:
-        if (cause := user_error(error)) is not None:
-            raise cause from None
-        if stalled := heartbeats.take(cfg.output_dir):  # Ray names the rank that ended itself: the healthy one
-            raise PeerLost(f"{stalled}; {_resume_hint(backend, cfg, options)}") from None
-        if (failure := worker_failure(error, options, _resume_hint(backend, cfg, options),
-                                      memory.killed_since(oom_before))) is not None:
-            raise failure from None
-        raise
+    doc = launch(backend, cfg, options)
+    if retry_only:
+        shutil.rmtree(cfg.checkpoint_dir, ignore_errors=True)  # the run succeeded: nothing left to resume
+    return doc
 
 
 def _resume_hint(backend: str, cfg: TrainConfig, options: RayRunOptions) -> str:

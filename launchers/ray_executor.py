@@ -6,9 +6,11 @@ would also move the native backend off Train V2; RayExecutor works with the pinn
 
 import contextlib
 import logging
+import threading
 from typing import Any
 
 from contract.config import TrainConfig
+from contract.errors import RunFailed
 from horovod_ddp.adapter import import_horovod
 from horovod_ddp.worker import ray_worker
 from launchers.ray_failures import RayRunOptions, user_error
@@ -30,7 +32,7 @@ def run(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
     while True:
         settings = RayExecutor.create_settings(timeout_s=START_TIMEOUT_S)
         executor = RayExecutor(settings, num_workers=cfg.workers, cpus_per_worker=1, use_gpu=cfg.use_gpu)
-        executor.start()
+        start_bounded(executor, cfg.workers, max(START_TIMEOUT_S, cfg.stall_timeout_s) if cfg.stall_timeout_s else None)
         try:
             outputs = executor.run(ray_worker, args=[cfg.to_dict(), attempt])
             return next(doc for doc in outputs if doc)
@@ -44,6 +46,30 @@ def run(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
             log.warning("attempt %d failed (%s); resuming from %s", attempt, _last_line(error), cfg.checkpoint_dir)
         finally:
             executor.shutdown()
+
+
+def start_bounded(executor: Any, workers: int, bound_s: float | None) -> None:
+    """executor.start(), which places the workers and finds the network they share (Horovod's driver and task
+    services, over the nodes' links), within `bound_s` (--stall-timeout-s, at least START_TIMEOUT_S; None: unbounded):
+    a node that cannot be reached held it for minutes without a word, and the run then counted those minutes. Past
+    it, a RunFailed; the start thread is left to Ray's shutdown."""
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            executor.start()
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread, which raises it
+            failed.append(error)
+
+    starting = threading.Thread(target=start, name="ray-executor-start", daemon=True)
+    starting.start()
+    starting.join(bound_s)
+    if starting.is_alive():
+        raise RunFailed(f"Horovod's RayExecutor did not start its {workers} worker(s) within {bound_s:g} s "
+                        "(--stall-timeout-s, at least its own 60 s): a node or its link did not answer; check that "
+                        "every node reaches the others, then run again")
+    if failed:
+        raise failed[0]
 
 
 def _last_line(error: BaseException) -> str:

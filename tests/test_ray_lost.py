@@ -42,3 +42,26 @@ def test_the_watch_ends_with_the_driver_s_ray():
     gone = ray_lost.watch("127.0.0.1:1", "the Ray cluster", lambda: False)
     gone.join(timeout=5)
     assert not gone.is_alive()
+
+
+def test_a_ray_executor_that_cannot_start_is_bounded_and_says_so():
+    import pytest
+
+    from contract.errors import RunFailed
+    from launchers.ray_executor import start_bounded
+
+    class Hangs:
+        def start(self) -> None:
+            time.sleep(30)  # a node whose link is down: Horovod's services wait on it
+
+    began = time.monotonic()
+    with pytest.raises(RunFailed, match=r"RayExecutor did not start its 2 worker\(s\) within 0.5 s \(--stall-timeout"):
+        start_bounded(Hangs(), 2, 0.5)
+    assert time.monotonic() - began < 5
+
+    class Fails:
+        def start(self) -> None:
+            raise ValueError("no placement")
+
+    with pytest.raises(ValueError, match="no placement"):
+        start_bounded(Fails(), 2, 5)
