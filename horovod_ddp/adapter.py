@@ -24,6 +24,7 @@ from contract.results import History
 from workload import checkpoint, compression, data, tools
 from workload.distributed import DistContext, device_sync, timed_alone
 from workload.run import build_model, on_main, resume_state, train_and_report
+from workload.schedule import ScheduleRecorder
 from workload.tracing import Tracer
 from workload.trainer import NoAveraging, Trainer, amp_scaler, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
@@ -135,7 +136,8 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
     sync = NoAveraging(optimizer) if cfg.no_averaging else HorovodGradientSync(optimizer, model, compressor, ctx)
     trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer, sync=sync, splits=splits,
                       loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], scaler=amp_scaler(cfg),
-                      tools=tools.for_rank(ctx.rank, tracer, watchdog))
+                      tools=tools.for_rank(ctx.rank, tracer, watchdog),
+                      schedule=None if cfg.no_averaging else ScheduleRecorder(model, ctx.device))
     save = checkpoint.directory_saver(ctx.rank, cfg.checkpoint_dir, cfg, "horovod", launcher)
     # Horovod: GPU tensors go over NCCL where it was built with it, CPU tensors over Gloo.
     averaged_by = None if cfg.no_averaging else "NCCL" if ctx.device.type == "cuda" and hvd.nccl_built() else "Gloo"

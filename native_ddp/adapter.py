@@ -17,6 +17,7 @@ from contract.results import History
 from workload import checkpoint, compression, data, tools
 from workload.distributed import DistContext, device_sync, timed_alone
 from workload.run import build_model, train_and_report
+from workload.schedule import ScheduleRecorder
 from workload.tracing import Tracer
 from workload.trainer import NoAveraging, Trainer, amp_scaler, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
@@ -37,8 +38,8 @@ class DDPGradientSync:
     """
 
     def __init__(self, model: DDP, optimizer: torch.optim.Optimizer, compression_name: str = "none",
-                 ctx: DistContext | None = None) -> None:
-        self.model, self.optimizer, self.ctx = model, optimizer, ctx
+                 ctx: DistContext | None = None, schedule: ScheduleRecorder | None = None) -> None:
+        self.model, self.optimizer, self.ctx, self.schedule = model, optimizer, ctx, schedule
         self.hook = compression.ddp_hook(compression_name)
         self.wire = compression.DTYPES.get(compression_name)
         self.last_bucket_at = 0.0
@@ -81,7 +82,15 @@ def _timed_hook(state: DDPGradientSync, bucket: dist.GradBucket) -> torch.future
         state.last_bucket_ready = torch.cuda.Event(enable_timing=True)
         state.last_bucket_ready.record()
     state.buckets[bucket.index()] = bucket.buffer().numel()
-    return state.hook(None, bucket)
+    entry = state.schedule.launched(bucket) if state.schedule else None
+    if entry is None:
+        return state.hook(None, bucket)
+
+    def finished(done: torch.futures.Future) -> torch.Tensor:
+        state.schedule.finished(entry)  # DDP: the allreduce's own future, completed
+        return done.value()
+
+    return state.hook(None, bucket).then(finished)
 
 
 def torch_all_reduce(device: torch.device):
@@ -121,6 +130,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
     history = checkpoint.restore(state, model, optimizer) if state else History()
     if history.last_epoch and ctx.is_main:
         log.info("resuming after epoch %d", history.last_epoch)
+    schedule = None if cfg.no_averaging else ScheduleRecorder(model, ctx.device)
     if cfg.no_averaging:  # the ceiling: the same rank and step, each on its own gradients
         wrapped, sync = model, NoAveraging(optimizer)
     else:
@@ -128,11 +138,11 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
         wrapped = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
                       bucket_cap_mb=cfg.bucket_mb or None,  # DDP: None is its own default (25 MiB)
                       gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph)
-        sync = DDPGradientSync(wrapped, optimizer, cfg.compression, ctx)
+        sync = DDPGradientSync(wrapped, optimizer, cfg.compression, ctx, schedule)
     tracer = Tracer(ctx.rank, cfg.warmup_steps, cfg.output_dir, ctx.device) if cfg.trace else None
     trainer = Trainer(ctx=ctx, cfg=cfg, model=wrapped, module=model, optimizer=optimizer, sync=sync, splits=splits,
                       loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], scaler=amp_scaler(cfg),
-                      tools=tools.for_rank(ctx.rank, tracer, watchdog))
+                      tools=tools.for_rank(ctx.rank, tracer, watchdog), schedule=schedule)
     return train_and_report(
         trainer, backend="native", launcher=launcher, history=history, restarts=restarts,
         on_epoch_end=lambda epoch, history: save_checkpoint(epoch, history, model, optimizer),

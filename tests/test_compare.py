@@ -195,7 +195,7 @@ def test_an_image_model_trains_the_same_under_both_backends_and_is_measured(imag
     assert all(r["status"] == "ok" for r in comparison["runs"]), comparison["runs"]
     assert comparison["model"] == {"name": "resnet18", "parameters": 11_181_642,
                                    "gradient_bytes": models.gradient_bytes("resnet18"), "image_size": 32,
-                                   "channels": 3}
+                                   "channels": 3, "batch_norm": True}
     verdict = comparison["parity"]["2"]
     assert verdict["verdict"] == "PASS" and verdict["steps"] == 8, verdict
     by_arm = {r["arm"]: r for r in comparison["runs"]}
@@ -218,6 +218,34 @@ def test_an_image_model_trains_the_same_under_both_backends_and_is_measured(imag
     assert mine["test_loss"] == pytest.approx(theirs["test_loss"], rel=1e-6)
     assert all(by_arm[arm]["buffers_averaged"] for arm in ("native", "horovod", "reference"))
     assert "test accuracy, buffers averaged before evaluation, horovod vs reference: " in markdown
+
+
+def test_each_backend_records_its_schedule_whole_and_the_replay_reads_it(image_comparison_dir):
+    from experiments import schedule_check
+
+    comparison = runs.load(image_comparison_dir)
+    by_arm = {r["arm"]: r for r in comparison["runs"]}
+    for backend in ("native", "horovod"):
+        schedule = results.read(image_comparison_dir / by_arm[backend]["results"])["schedule"]
+        count = len(schedule["gradient_bytes"])
+        assert sum(schedule["gradient_bytes"]) == models.gradient_bytes("resnet18")
+        assert sorted(map(int, schedule["ready_s"])) == list(range(count)) and schedule["steps_measured"] == 5
+        for step in schedule["steps"]:
+            ready = dict(step["ready_s"])
+            assert sorted(ready) == list(range(count)) and 0 < max(ready.values()) <= step["backward_end_s"]
+            if backend == "horovod":  # fused in Horovod's C++ thread: not seen from Python
+                assert step["allreduces"] == []
+                continue
+            # every gradient in exactly one of DDP's buckets, each launched once its gradients were ready (the
+            # reducer's hook and the recorder's run in autograd's order: within 1 ms), ended after its launch
+            assert sorted(i for a in step["allreduces"] for i in a["indices"]) == list(range(count))
+            assert len(step["allreduces"]) > 1
+            for bucket in step["allreduces"]:
+                assert bucket["launched_s"] >= max(ready[i] for i in bucket["indices"]) - 1e-3
+                assert bucket["finished_s"] >= bucket["launched_s"]
+    found = schedule_check.points(image_comparison_dir)
+    assert [(p.arm, p.what) for p in found] == [("native", "wait after backward"), ("horovod", "wait after backward"),
+                                               ("native − horovod", "backward's compute + wait")]
 
 
 def test_the_ceiling_runs_beside_the_backends_and_each_backend_s_step_is_taken_apart(image_comparison_dir):

@@ -142,16 +142,16 @@ def train_and_report(
     extra = trainer.consistency()
     last = history.epochs[-1]
     extra["overlap"] = trainer.overlap(last) if "comm_exposed_s" in last else None  # every rank: collectives
-    extra["cpu_s_per_1k_samples"] = last.get("cpu_s_per_1k_samples")
+    extra.update(cpu_s_per_1k_samples=last.get("cpu_s_per_1k_samples"),
+                 schedule=trainer.schedule.record() if trainer.schedule else None)
     extra["machine_load"] = machine_load(trainer, extra["placement"], last)
-    wall_time = earlier + time.perf_counter() - start
     if not trainer.ctx.is_main:
         return None
     stamps = {"workers_started": trainer.ctx.began_at or launch.process_started(),
               "process_group_ready": trainer.ctx.ready_at, **trainer.stamps}
     doc = results.build(
         backend=backend, launcher=launcher, workers=trainer.ctx.world_size * len(trainer.loaders), cfg=trainer.cfg,
-        history=history, wall_time_s=wall_time, extra={
+        history=history, wall_time_s=earlier + time.perf_counter() - start, extra={
             "model": model.describe(trainer.module, trainer.cfg),
             "options": options.effective(trainer.cfg, backend), "averaged_by": averaged_by,
             "gpu_math": gpu_math(trainer.ctx.device), "resumed_from_epoch": resumed_from, "restarts": restarts,

@@ -23,6 +23,7 @@ from workload import compression, data, host_load, placement, threads
 from workload.data import Splits
 from workload.distributed import DistContext
 from workload.metrics import cpu_by_thread, epoch_timing
+from workload.schedule import ScheduleRecorder
 from workload.tools import Tool, Tools
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,10 @@ class Trainer:
     warmup: int = 0
     """The steps each epoch leaves out of its timing: --warmup-steps, or half an epoch shorter than the default
     (contract/config.py's warmup_for); set by fit."""
+    schedule: ScheduleRecorder | None = None
+    """Records the last epoch's measured steps' averaging schedule (workload/schedule.py); a distributed rank's."""
+    recording: bool = False
+    """Whether the step about to run is one the schedule records (_steps sets it)."""
     worker_buffers: list[Tensor] = field(default_factory=list)
     """The reference's simulated workers' BatchNorm buffers, one flat copy each: each worker's forward updates its
     own, as each rank's does."""
@@ -207,6 +212,7 @@ class Trainer:
             if step == self.warmup + 1:  # the steady window begins: what the machine does from here
                 self.host_start, by_thread = (host_load.sample(), time.perf_counter()), threads.cpu_times()
             cpu = time.process_time()
+            self.recording = epoch == self.cfg.epochs and step > self.warmup
             t0 = self._now()
             groups = self._micro_batches(next(batches))
             t1 = self._now()
@@ -233,6 +239,8 @@ class Trainer:
         and the seconds spent waiting for the gradient average.
         """
         self.optimizer.zero_grad()
+        if self.schedule:
+            self.schedule.begin(self.recording)
         losses, forward_s, backward_s = [], 0.0, 0.0
         for w, group in enumerate(groups):
             self._own_buffers(w, len(groups))
@@ -253,6 +261,8 @@ class Trainer:
             self.sync.group_done()
         backward_end = self._now()
         sync_s = self.sync.wait(backward_end)
+        if self.schedule:
+            self.schedule.end(backward_end, sync_s)
         stepped = self._now()
         self.sync.step(self._apply)
         inside = max(0.0, sync_s - (stepped - backward_end))  # a wait the backend counts within backward (DDP's)

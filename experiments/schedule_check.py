@@ -1,0 +1,239 @@
+"""The schedule replay (experiments/schedule_replay.py) checked against every wait a comparison measured: each run's
+own recorded backward (results.json's `schedule`) replayed under a link fitted to that run's averaging alone
+(`overlap.comm_alone_s`), its wait and native − Horovod's step difference predicted, and set beside the measured ones,
+with the old model's (experiments/comm_model.py, overlap fixed at 0: the wait is the averaging alone) beside them.
+
+    python -m experiments.schedule_check results/<run-id> results/<grid-id> --output docs/results/schedule-check.md
+
+A point passes when the prediction is within 10 % of the measured figure, or inside the measured figure's 95 %
+interval over the runs where that is wider. Trains nothing.
+"""
+
+import logging
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from analysis import runs, speed, stats
+from contract import results
+from contract.config import ConfigError
+from contract.options import fusion_bytes
+from experiments import schedule_replay
+from experiments.schedule_replay import MIB, Gradient, Link
+from runtime import cli
+
+log = logging.getLogger(__name__)
+BAR = 0.10
+"""A prediction within 10 % of the measured figure passes (or inside its interval, where that is wider)."""
+WIRE = {"none": 1.0, "fp16": 0.5, "bf16": 0.5}
+"""The share of a float32 gradient's bytes each --compression puts on the wire."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One checked figure: what it is, the measured mean and interval over runs, the replay's under a link fitted to
+    the averaging alone, the replay's under the link DDP's buckets got inside the step (contended), the old model's."""
+
+    setting: str
+    arm: str
+    what: str
+    measured_ms: float
+    interval_ms: tuple[float, float] | None
+    replayed_ms: float
+    contended_ms: float | None
+    old_ms: float
+    runs: int
+
+    @property
+    def passed(self) -> bool:
+        return within(self.replayed_ms, self.measured_ms, self.interval_ms)
+
+    @property
+    def contended_passed(self) -> bool:
+        return self.contended_ms is not None and within(self.contended_ms, self.measured_ms, self.interval_ms)
+
+    @property
+    def old_passed(self) -> bool:
+        return within(self.old_ms, self.measured_ms, self.interval_ms)
+
+
+def within(predicted: float, measured: float, interval: tuple[float, float] | None) -> bool:
+    """Within BAR of `measured`, or inside its interval."""
+    if abs(predicted - measured) <= BAR * abs(measured):
+        return True
+    return interval is not None and interval[0] <= predicted <= interval[1]
+
+
+def gradients(schedule: dict[str, Any], wire: float) -> list[Gradient]:
+    """The recorded backward: each gradient's median readiness and its bytes on the wire."""
+    return [Gradient(at, int(schedule["gradient_bytes"][int(i)] * wire), int(i))
+            for i, at in schedule["ready_s"].items()]
+
+
+GLOO_IN_FLIGHT = 2
+"""ProcessGroupGloo's threads (its Options' default): two of DDP's allreduces run at once on a CPU."""
+
+
+def in_step_bandwidth(doc: dict[str, Any], ranks: int) -> float | None:
+    """The bytes per second DDP's buckets got inside the step, beside backward (the median over the recorded steps'
+    buckets of 2(p-1)/p of its bytes over its launch-to-finish time); None where none was recorded."""
+    rates = [2 * (ranks - 1) / ranks * a["bytes"] / (a["finished_s"] - a["launched_s"])
+             for step in doc["schedule"]["steps"] for a in step["allreduces"]
+             if a.get("finished_s") is not None and a["finished_s"] > a["launched_s"]]
+    return statistics.median(rates) if rates else None
+
+
+def replay(run: dict[str, Any], doc: dict[str, Any], config: dict[str, Any], contended: float | None
+           ) -> tuple[float, float, float | None, float] | None:
+    """A run's (measured wait, replayed wait under a link fitted to its averaging alone, replayed wait under
+    `contended` bytes/s, the old model's wait), seconds; None where it recorded no schedule or no averaging alone."""
+    schedule, overlap = doc.get("schedule"), run.get("overlap") or {}
+    if not schedule or not overlap.get("comm_alone_s"):
+        return None
+    grads = gradients(schedule, WIRE[config.get("compression", "none")])
+    ranks, alone = run["workers"], overlap["comm_alone_s"]
+    # The link whose averaging alone, replayed, is the measured one (no per-message latency).
+    fitted = 2 * (ranks - 1) / ranks * sum(g.bytes for g in grads) / alone
+    waits = [_replayed(run["backend"], grads, computed(run, schedule), Link(0.0, rate, ranks), config, doc)
+             if rate else None for rate in (fitted, contended)]
+    return schedule["wait_s"], waits[0], waits[1], alone
+
+
+def computed(run: dict[str, Any], schedule: dict[str, Any]) -> float:
+    """Where backward's computing ended, from which the wait counts: for DDP its last gradient's readiness (its
+    backward() returns only once the buckets are averaged, and its wait is timed from its last bucket), for Horovod
+    the return of backward()."""
+    if run["backend"] == "native":
+        return max(schedule["ready_s"].values())
+    return schedule["backward_end_s"]
+
+
+def _replayed(backend: str, grads: list[Gradient], end: float, link: Link, config: dict[str, Any],
+              doc: dict[str, Any]) -> float:
+    if backend == "native":
+        cap = int(config["bucket_mb"] * MIB) if config.get("bucket_mb") else schedule_replay.DDP_BUCKET_BYTES
+        in_flight = 1 if doc["config"].get("use_gpu") else GLOO_IN_FLIGHT
+        return schedule_replay.ddp(grads, end, link, cap_bytes=cap, in_flight=in_flight).wait_s
+    rules = {"cycle_s": (config.get("cycle_time_ms") or 1.0) / 1000,
+             "fusion_bytes": fusion_bytes(config["bucket_mb"]) if config.get("bucket_mb") else
+             schedule_replay.HOROVOD_FUSION_BYTES}
+    return schedule_replay.horovod_over_phases(grads, end, link, **rules).wait_s
+
+
+def points(folder: Path) -> list[Point]:
+    """Every checked figure of one comparison folder: per compared arm its wait, and native − Horovod's step. The
+    contended link of a round is the one its DDP run's buckets got, for both backends of that round."""
+    comparison = runs.load(folder)
+    config = comparison["settings"]["config"]
+    setting = ", ".join([config["model"], *_options(config)])
+    compared = speed.compared_arms(comparison["settings"]["launchers"])
+    out = []
+    for n in comparison["settings"]["workers"]:
+        finished = runs.finished(comparison, n)
+        docs = {(arm, r["round"]): (r, results.read(folder / r["results"])) for arm in compared
+                for r in finished.get(arm, [])}
+        contended = {round_: in_step_bandwidth(doc, n) for (arm, round_), (_, doc) in docs.items()
+                     if arm == compared[0] and doc.get("schedule")}
+        waits: dict[str, dict[int, tuple[float, tuple]]] = {}
+        for (arm, round_), (run, doc) in docs.items():
+            if found := replay(run, doc, config, contended.get(round_)):
+                waits.setdefault(arm, {})[round_] = (computed(run, doc["schedule"]), found)
+        for arm in compared:
+            if found := waits.get(arm):
+                out.append(_point(f"{setting}, {n} workers", arm, "wait after backward",
+                                  {r: [w[k] for k in range(4)] for r, (_, w) in found.items()}))
+        if all(arm in waits for arm in compared):
+            native, horovod = waits[compared[0]], waits[compared[1]]
+            paired = {r: [None if native[r][1][k] is None or horovod[r][1][k] is None else
+                          (native[r][0] + native[r][1][k]) - (horovod[r][0] + horovod[r][1][k]) for k in range(4)]
+                      for r in sorted(set(native) & set(horovod))}
+            if paired:
+                out.append(_point(f"{setting}, {n} workers", "native − horovod", "backward's compute + wait",
+                                  paired))
+    return out
+
+
+def _point(setting: str, arm: str, what: str, values: dict[int, list[float | None]]) -> Point:
+    """From each round's (measured, replayed, replayed contended, old model) seconds: the means in ms, and the
+    measured figure's interval over the rounds."""
+    def mean(k: int) -> float | None:
+        found = [1000 * v[k] for v in values.values() if v[k] is not None]
+        return statistics.fmean(found) if found else None
+
+    _, interval = stats.mean_interval([1000 * v[0] for v in values.values()])
+    return Point(setting, arm, what, mean(0), interval, mean(1), mean(2), mean(3), len(values))
+
+
+def _options(config: dict[str, Any]) -> list[str]:
+    said = []
+    if config.get("bucket_mb"):
+        said.append(f"--bucket-mb {config['bucket_mb']:g}")
+    if config.get("cycle_time_ms"):
+        said.append(f"--cycle-time-ms {config['cycle_time_ms']:g}")
+    if config.get("compression", "none") != "none":
+        said.append(f"--compression {config['compression']}")
+    return said
+
+
+def folders(given: list[str]) -> list[Path]:
+    """Each comparison folder: the folders given, or their settings' (a grid)."""
+    out = []
+    for name in given:
+        path = Path(name)
+        found = [path] if (path / runs.COMPARISON).is_file() else sorted(
+            p.parent for p in path.glob(f"*/{runs.COMPARISON}"))
+        if not found:
+            raise ConfigError(f"{name} holds no {runs.COMPARISON}, nor do its subfolders; pass folders written by "
+                              "python -m ray_jobs.compare")
+        out += found
+    return out
+
+
+def markdown(found: list[Point], given: list[str]) -> str:
+    head = ("| setting | arm | figure | measured, ms (95 % CI) | runs | replayed, link of the averaging alone | "
+            "replayed, link DDP's buckets got in the step | old model (the averaging alone) |")
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+
+    def cell(value: float | None, passed: bool) -> str:
+        return "—" if value is None else f"{value:.1f} ({'within' if passed else 'outside'})"
+
+    for p in found:
+        interval = f" ({p.interval_ms[0]:.1f}–{p.interval_ms[1]:.1f})" if p.interval_ms else ""
+        lines.append(f"| {p.setting} | {p.arm} | {p.what} | {p.measured_ms:.1f}{interval} | {p.runs} | "
+                     f"{cell(p.replayed_ms, p.passed)} | {cell(p.contended_ms, p.contended_passed)} | "
+                     f"{cell(p.old_ms, p.old_passed)} |")
+    counts = [sum(getattr(p, name) for p in found) for name in ("passed", "contended_passed", "old_passed")]
+    return "\n".join([
+        f"Made by `python -m experiments.schedule_check {' '.join(given)}` from the runs' results.json alone.", "",
+        f"**The replay matched {counts[0]} of {len(found)} measured figures** within 10 % or their 95 % interval "
+        f"under a link fitted to each run's averaging alone, and {counts[1]} of {len(found)} under the link DDP's "
+        f"buckets got inside the same round's step; the old model (the averaging alone, nothing hidden), "
+        f"{counts[2]} of {len(found)}. Figures in ms; within or outside the bar.", "", *lines, ""])
+
+
+def parser() -> cli.Parser:
+    out = cli.Parser(description=__doc__.split("\n\n")[0], prog="python -m experiments.schedule_check")
+    out.add_argument("comparisons", nargs="+", help="folders written by python -m ray_jobs.compare (or grids)")
+    out.add_argument("--output", type=Path, help="a Markdown file to write the table to (default: print it)")
+    return out
+
+
+def main() -> int:
+    args = parser().parse_args()
+    found = [p for folder in folders(args.comparisons) for p in points(folder)]
+    if not found:
+        raise ConfigError(f"no run of {', '.join(args.comparisons)} recorded its schedule and its averaging alone; "
+                          "compare them again with this version")
+    text = markdown(found, args.comparisons)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text)
+        log.info("wrote %s", args.output)
+    else:
+        log.info("%s", text)
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,103 @@
+"""A step's averaging schedule, recorded on rank 0 for the last epoch's measured steps: when backward made each
+gradient ready (a hook on its parameter, after its gradient was accumulated) and its bytes, backward's end and the
+wait after it, and for DDP when each bucket's allreduce was handed to the process group and when it finished. Times
+are seconds from the step's first forward. results.json's `schedule`; experiments/schedule_replay.py replays it.
+
+On a GPU readiness is a CUDA event recorded on the stream that computed the gradient, read after the step; DDP's
+launches are then the host's hand-off and its ends are not recorded (NCCL's work completes on its stream). Horovod
+fuses and launches in its C++ background thread, which Python does not see: its record is the readiness and the wait
+(its timeline, --trace, shows the fused buffers)."""
+
+import functools
+import statistics
+import time
+from typing import Any
+
+import torch
+
+STEPS_KEPT = 8
+"""Measured steps recorded whole, the last ones of the epoch; the rest is their medians."""
+
+
+class ScheduleRecorder:
+    def __init__(self, module: torch.nn.Module, device: torch.device) -> None:
+        params = [p for p in module.parameters() if p.requires_grad]
+        self.index = {id(p): i for i, p in enumerate(params)}
+        self.bytes = [p.numel() * p.element_size() for p in params]
+        self.gpu = device.type == "cuda"
+        self.wanted = False
+        self.start: Any = None
+        self.ready: dict[int, Any] = {}
+        self.buckets: list[list[Any]] = []  # [indices, bytes, launched, finished]
+        self.steps: list[dict[str, Any]] = []  # every recorded step
+        for i, param in enumerate(params):
+            param.register_post_accumulate_grad_hook(functools.partial(self._ready, i))
+
+    def _stamp(self) -> Any:
+        if self.gpu:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def _since(self, stamp: Any) -> float:
+        return self.start.elapsed_time(stamp) / 1000 if self.gpu else stamp - self.start
+
+    def _ready(self, i: int, param: torch.Tensor) -> None:
+        if self.wanted:
+            self.ready[i] = self._stamp()  # the last micro-batch's: the one whose gradient is averaged
+
+    def begin(self, wanted: bool) -> None:
+        """A step starts (its first forward); `wanted`: a measured step of the last epoch, recorded."""
+        self.wanted, self.ready, self.buckets = wanted, {}, []
+        if wanted:
+            self.start = self._stamp()
+
+    def launched(self, bucket: Any) -> list[Any] | None:
+        """DDP's comm hook hands `bucket` (a dist.GradBucket) to the process group: its record, for finished()."""
+        if not self.wanted:
+            return None
+        entry = [sorted(self.index[id(p)] for p in bucket.parameters()), bucket.buffer().numel() *
+                 bucket.buffer().element_size(), time.perf_counter() if not self.gpu else self._stamp(), None]
+        self.buckets.append(entry)
+        return entry
+
+    def finished(self, entry: list[Any] | None) -> None:
+        """The bucket's allreduce completed (its future's callback, on the CPU: a host time)."""
+        if entry is not None and not self.gpu:
+            entry[3] = time.perf_counter()
+
+    def end(self, backward_end: float, wait_s: float) -> None:
+        """The step's backward ended at `backward_end` (perf_counter, the device synchronised on a GPU) and it waited
+        `wait_s` for its averaged gradients."""
+        if not self.wanted:
+            return
+        self.wanted = False
+        if self.gpu:
+            torch.cuda.synchronize()
+            backward = self.start.elapsed_time(self._stamp()) / 1000 - (time.perf_counter() - backward_end)
+        else:
+            backward = backward_end - self.start
+        step = {"ready_s": sorted(((i, self._since(s)) for i, s in self.ready.items()), key=lambda r: r[1]),
+                "backward_end_s": backward, "wait_s": wait_s,
+                "allreduces": [{"indices": indices, "bytes": size,
+                                "launched_s": launched - self.start if not self.gpu else self._since(launched),
+                                "finished_s": None if done is None else done - self.start}
+                               for indices, size, launched, done in self.buckets]}
+        self.steps.append(step)
+
+    def record(self) -> dict[str, Any] | None:
+        """results.json's `schedule`: each gradient's bytes, its median readiness over the measured steps, the median
+        backward end and wait, and the last STEPS_KEPT steps whole; None where no step was recorded."""
+        every = self.steps
+        if not every:
+            return None
+        readiness: dict[int, list[float]] = {}
+        for step in every:
+            for i, at in step["ready_s"]:
+                readiness.setdefault(i, []).append(at)
+        return {"clock": "cuda events" if self.gpu else "host", "steps_measured": len(every),
+                "gradient_bytes": self.bytes,
+                "ready_s": {str(i): statistics.median(v) for i, v in sorted(readiness.items())},
+                "backward_end_s": statistics.median(s["backward_end_s"] for s in every),
+                "wait_s": statistics.median(s["wait_s"] for s in every), "steps": every[-STEPS_KEPT:]}
