@@ -75,19 +75,27 @@ GLOO_IN_FLIGHT = 2
 """ProcessGroupGloo's threads (its Options' default): two of DDP's allreduces run at once on a CPU."""
 
 
-def in_step_bandwidth(doc: dict[str, Any], ranks: int) -> float | None:
-    """The bytes per second DDP's buckets got inside the step, beside backward (the median over the recorded steps'
-    buckets of 2(p-1)/p of its bytes over its launch-to-finish time); None where none was recorded."""
-    rates = [2 * (ranks - 1) / ranks * a["bytes"] / (a["finished_s"] - a["launched_s"])
+def in_step_link(doc: dict[str, Any], ranks: int) -> Link | None:
+    """The link DDP's buckets got inside the step, beside backward: a per-message latency and a bandwidth fitted by
+    least squares to each recorded bucket's launch-to-finish time against its bytes (2(p-1) messages, 2(p-1)/p of the
+    bytes); None where fewer than two bucket sizes were recorded."""
+    found = [(2 * (ranks - 1) / ranks * a["bytes"], a["finished_s"] - a["launched_s"])
              for step in doc["schedule"]["steps"] for a in step["allreduces"]
              if a.get("finished_s") is not None and a["finished_s"] > a["launched_s"]]
-    return statistics.median(rates) if rates else None
+    if len({x for x, _ in found}) < 2:
+        return None
+    mx, my = statistics.fmean(x for x, _ in found), statistics.fmean(y for _, y in found)
+    slope = sum((x - mx) * (y - my) for x, y in found) / sum((x - mx) ** 2 for x, _ in found)
+    if slope <= 0:
+        return None
+    latency = max(0.0, my - slope * mx) / (2 * (ranks - 1))
+    return Link(latency_s=latency, bytes_per_s=1 / slope, ranks=ranks)
 
 
-def replay(run: dict[str, Any], doc: dict[str, Any], config: dict[str, Any], contended: float | None
+def replay(run: dict[str, Any], doc: dict[str, Any], config: dict[str, Any], contended: Link | None
            ) -> tuple[float, float, float | None, float] | None:
-    """A run's (measured wait, replayed wait under a link fitted to its averaging alone, replayed wait under
-    `contended` bytes/s, the old model's wait), seconds; None where it recorded no schedule or no averaging alone."""
+    """A run's (measured wait, replayed wait under a link fitted to its averaging alone, replayed wait under the
+    `contended` link, the old model's wait), seconds; None where it recorded no schedule or no averaging alone."""
     schedule, overlap = doc.get("schedule"), run.get("overlap") or {}
     if not schedule or not overlap.get("comm_alone_s"):
         return None
@@ -95,8 +103,8 @@ def replay(run: dict[str, Any], doc: dict[str, Any], config: dict[str, Any], con
     ranks, alone = run["workers"], overlap["comm_alone_s"]
     # The link whose averaging alone, replayed, is the measured one (no per-message latency).
     fitted = 2 * (ranks - 1) / ranks * sum(g.bytes for g in grads) / alone
-    waits = [_replayed(run["backend"], grads, computed(run, schedule), Link(0.0, rate, ranks), config, doc)
-             if rate else None for rate in (fitted, contended)]
+    waits = [_replayed(run["backend"], grads, computed(run, schedule), link, config, doc) if link else None
+             for link in (Link(0.0, fitted, ranks), contended)]
     return schedule["wait_s"], waits[0], waits[1], alone
 
 
@@ -126,14 +134,16 @@ def points(folder: Path) -> list[Point]:
     contended link of a round is the one its DDP run's buckets got, for both backends of that round."""
     comparison = runs.load(folder)
     config = comparison["settings"]["config"]
-    setting = ", ".join([config["model"], *_options(config)])
+    network = comparison["settings"].get("network")
+    across = [f"{network['nodes']} simulated nodes, link {network['link_rate']}"] if network else []
+    setting = ", ".join([config["model"], *_options(config), *across])
     compared = speed.compared_arms(comparison["settings"]["launchers"])
     out = []
     for n in comparison["settings"]["workers"]:
         finished = runs.finished(comparison, n)
         docs = {(arm, r["round"]): (r, results.read(folder / r["results"])) for arm in compared
                 for r in finished.get(arm, [])}
-        contended = {round_: in_step_bandwidth(doc, n) for (arm, round_), (_, doc) in docs.items()
+        contended = {round_: in_step_link(doc, n) for (arm, round_), (_, doc) in docs.items()
                      if arm == compared[0] and doc.get("schedule")}
         waits: dict[str, dict[int, tuple[float, tuple]]] = {}
         for (arm, round_), (run, doc) in docs.items():
@@ -182,7 +192,7 @@ def folders(given: list[str]) -> list[Path]:
     for name in given:
         path = Path(name)
         found = [path] if (path / runs.COMPARISON).is_file() else sorted(
-            p.parent for p in path.glob(f"*/{runs.COMPARISON}"))
+            p.parent for p in path.rglob(runs.COMPARISON))  # a grid's settings, a link sweep's rates
         if not found:
             raise ConfigError(f"{name} holds no {runs.COMPARISON}, nor do its subfolders; pass folders written by "
                               "python -m ray_jobs.compare")

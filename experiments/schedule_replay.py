@@ -120,7 +120,7 @@ def horovod(gradients: Sequence[Gradient], backward_end_s: float, link: Link, cy
     horovod_over_phases spreads it)."""
     pending = sorted(gradients, key=lambda g: (g.ready_s, -g.index))
     out: list[Allreduce] = []
-    wake = phase_s
+    wake, cycles = phase_s, 0
     while pending:
         ready = [g for g in pending if g.ready_s <= wake]
         if not ready:  # sleep through the cycles before the next gradient is ready
@@ -128,6 +128,7 @@ def horovod(gradients: Sequence[Gradient], backward_end_s: float, link: Link, cy
                 pending[0].ready_s - wake
             continue
         pending = pending[len(ready):]
+        cycles += 1
         now = wake + negotiation_s
         for buffer in _fuse(ready, fusion_bytes):
             nbytes = sum(g.bytes for g in buffer)
@@ -138,7 +139,9 @@ def horovod(gradients: Sequence[Gradient], backward_end_s: float, link: Link, cy
         wake = max(wake + cycle_s, now)
     alone = negotiation_s + sum(link.allreduce_s(a.bytes) + (link.copy_s(a.bytes) if len(a.indices) > 1 else 0.0)
                                 for a in _alone(gradients, fusion_bytes))
-    return _schedule("horovod", out, backward_end_s, alone)
+    found = _schedule("horovod", out, backward_end_s, alone)
+    found.notes["cycles"] = cycles  # the cycles that found gradients ready
+    return found
 
 
 def horovod_over_phases(gradients: Sequence[Gradient], backward_end_s: float, link: Link, phases: int = 8,
@@ -151,7 +154,7 @@ def horovod_over_phases(gradients: Sequence[Gradient], backward_end_s: float, li
     middle = found[len(found) // 2]
     mean = sum(s.wait_s for s in found) / len(found)
     return Schedule(middle.backend, middle.allreduces, middle.backward_end_s, middle.wait_s, middle.alone_s,
-                    {"mean_wait_s": mean})
+                    {**middle.notes, "mean_wait_s": mean})
 
 
 def _fuse(ready: list[Gradient], fusion_bytes: int) -> list[list[Gradient]]:

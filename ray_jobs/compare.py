@@ -31,7 +31,7 @@ from analysis import report, runs, terminal, text, tuning
 from contract import models
 from contract.comparison import GROUPS, LISTS, CompareConfig
 from contract.config import ConfigError, TrainConfig
-from experiments import link_sweep, netsim, regime
+from experiments import link_sweep, netsim, predict_gpus, regime
 from ray_jobs import grid, orchestrator, resume
 from runtime import cli, files, flags, folder_lock, preflight, signals
 from workload import data
@@ -151,8 +151,8 @@ def parser() -> cli.Parser:
     return out
 
 
-RENDERED = (regime.NETWORK, tuning.GRID, runs.COMPARISON)
-"""The files --render reads: a link sweep's, a grid's, a comparison's."""
+RENDERED = (regime.NETWORK, tuning.GRID, runs.COMPARISON, predict_gpus.FILE)
+"""The files --render reads: a link sweep's, a grid's, a comparison's, a GPU cluster prediction's."""
 
 
 def render(folder: Path) -> str:
@@ -168,7 +168,8 @@ RENDERS = (".md", ".png")
 
 
 def _render(folder: Path) -> str:
-    for name, rendered in ((regime.NETWORK, render_sweep), (tuning.GRID, tuning.render)):
+    for name, rendered in ((regime.NETWORK, render_sweep), (tuning.GRID, tuning.render),
+                           (predict_gpus.FILE, predict_gpus.render)):
         if (folder / name).exists():
             try:
                 return rendered(folder)

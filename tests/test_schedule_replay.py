@@ -59,7 +59,7 @@ def test_horovod_fuses_what_one_cycle_finds_ready_and_a_cycle_splits_a_fusion():
     # next cycle), the third goes at 2 ms
     grads = backward((0.2, 0.25), (0.4, 0.25), (1.3, 0.25))
     found = horovod(grads, backward_end_s=1.3 * MS, link=LINK)
-    assert [a.indices for a in found.allreduces] == [(2, 1), (0,)]
+    assert [a.indices for a in found.allreduces] == [(2, 1), (0,)] and found.notes["cycles"] == 2
     assert [a.start_s for a in found.allreduces] == pytest.approx([1 * MS, 2 * MS])
     assert found.wait_s == pytest.approx(2 * MS + 0.25 * MIB / 1e9 - 1.3 * MS)
     slow = horovod(grads, backward_end_s=1.3 * MS, link=LINK, cycle_s=5 * MS)  # one cycle at 5 ms takes all three

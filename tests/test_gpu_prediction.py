@@ -1,0 +1,71 @@
+"""The GPU clusters' prediction (experiments/predict_gpus.py) and the replay's check (experiments/schedule_check.py),
+on inputs made by hand: what moves the waits, the range, the bar, and the report rendered from its JSON alone."""
+
+import json
+
+import pytest
+
+from experiments import predict_gpus, schedule_check
+
+# A backward of 4 gradients of 25 MB ready evenly through it, the last at its end; a step 20/70/10 % forward,
+# backward and optimizer.
+SHAPE = {"model": "resnet50", "shares": {3: 0.25, 2: 0.5, 1: 0.75, 0: 1.0}, "bytes": [25_000_000] * 4,
+         "split": [0.2, 0.7, 0.1], "from": "by hand"}
+
+
+def test_one_gpu_averages_nothing_and_a_slower_link_exposes_more_of_the_last_bucket():
+    alone = predict_gpus.predict(SHAPE, 1, 100)
+    assert alone["native_wait_ms"] == 0 and alone["ratio"] == pytest.approx(1.0, abs=0.01)
+    slow, fast = predict_gpus.predict(SHAPE, 16, 100), predict_gpus.predict(SHAPE, 16, 400)
+    assert slow["native_wait_ms"] > fast["native_wait_ms"] > 0 and slow["rate_gbit"] == 100
+    assert slow["range"][0] <= slow["ratio"] <= slow["range"][1]
+    assert slow["native_per_gpu_range"][0] <= slow["native_per_gpu"] <= slow["native_per_gpu_range"][1]
+    # 25 MB (23.8 MiB) each: the first alone (its 1 MiB limit), then two to pass 25 MiB, then the last
+    assert slow["buckets"] == 3 and slow["horovod_cycles"] >= 1
+
+
+def test_the_report_and_its_picture_are_made_again_from_the_json_alone(tmp_path):
+    rows = [predict_gpus.predict(SHAPE, gpus, 100) for gpus in (1, 8, 16)]
+    doc = {"schema_version": 1, "command": "python -m experiments.predict_gpus by-hand --output out", "rows": rows,
+           "assumed": {"steps": {"resnet50": predict_gpus.STEPS["resnet50"]}, "links": predict_gpus.LINKS},
+           "validation": "The replay matched 1 of 2", "measured_shapes_from": {"resnet50": "by hand"},
+           "published": predict_gpus.PUBLISHED, "parameters": {}}
+    (tmp_path / predict_gpus.FILE).write_text(json.dumps(doc))
+    first = predict_gpus.render(tmp_path)
+    picture = (tmp_path / "gpu-prediction.png").read_bytes()
+    assert predict_gpus.render(tmp_path) == first and picture.startswith(b"\x89PNG")
+    assert "| resnet50 | 16 | 100 Gbit/s |" in first and "(assumed)" in first and "The replay matched 1 of 2" in first
+    assert predict_gpus.render(tmp_path / "nowhere") is None
+
+
+@pytest.mark.parametrize("predicted, measured, interval, passed", [
+    (10.5, 10.0, None, True),  # within 10 %
+    (12.0, 10.0, None, False),
+    (12.0, 10.0, (8.0, 13.0), True),  # inside the measured interval, wider than 10 %
+    (-9.5, -10.0, None, True),
+])
+def test_the_bar_is_10_percent_or_the_measured_interval_where_wider(predicted, measured, interval, passed):
+    assert schedule_check.within(predicted, measured, interval) is passed
+
+
+def test_the_committed_check_and_prediction_are_made_again_byte_for_byte(tmp_path, monkeypatch):
+    import sys
+
+    from runtime import cli
+    from tests.helpers import REPO
+
+    committed = (REPO / "docs" / "results" / "schedule-check.md").read_text()
+    command = committed.split("`python -m experiments.schedule_check ", 1)[1].split("`", 1)[0].split()
+    monkeypatch.chdir(REPO)
+    found = [p for folder in schedule_check.folders(command) for p in schedule_check.points(folder)]
+    assert schedule_check.markdown(found, command) == committed
+    prediction = REPO / "docs" / "results" / "gpu-prediction"
+    monkeypatch.setattr(sys, "argv", ["predict_gpus", "docs/results/schedule-models", "--validation",
+                                      "docs/results/schedule-check.md", "--output", str(tmp_path)])
+    with pytest.raises(SystemExit) as done:
+        cli.run(predict_gpus.main)
+    assert done.value.code == 0
+    made = json.loads((tmp_path / predict_gpus.FILE).read_text())
+    assert made["rows"] == json.loads((prediction / predict_gpus.FILE).read_text())["rows"]
+    assert (tmp_path / "gpu-prediction.md").read_text().split("\n", 3)[3] == \
+        (prediction / "gpu-prediction.md").read_text().split("\n", 3)[3]  # all but the command, which names --output
