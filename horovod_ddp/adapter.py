@@ -137,7 +137,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
     trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer, sync=sync, splits=splits,
                       loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], scaler=amp_scaler(cfg),
                       tools=tools.for_rank(ctx.rank, tracer, watchdog),
-                      schedule=None if cfg.no_averaging else ScheduleRecorder(model, ctx.device))
+                      schedule=ScheduleRecorder(model, ctx.device) if ctx.is_main and not cfg.no_averaging else None)
     save = checkpoint.directory_saver(ctx.rank, cfg.checkpoint_dir, cfg, "horovod", launcher)
     # Horovod: GPU tensors go over NCCL where it was built with it, CPU tensors over Gloo.
     averaged_by = None if cfg.no_averaging else "NCCL" if ctx.device.type == "cuda" and hvd.nccl_built() else "Gloo"

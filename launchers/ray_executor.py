@@ -32,7 +32,12 @@ def run(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
     while True:
         settings = RayExecutor.create_settings(timeout_s=START_TIMEOUT_S)
         executor = RayExecutor(settings, num_workers=cfg.workers, cpus_per_worker=1, use_gpu=cfg.use_gpu)
-        start_bounded(executor, cfg.workers, max(START_TIMEOUT_S, cfg.stall_timeout_s) if cfg.stall_timeout_s else None)
+        try:
+            start_bounded(executor, cfg.workers, max(START_TIMEOUT_S, cfg.stall_timeout_s) if cfg.stall_timeout_s
+                          else None)
+        except BaseException:
+            executor.shutdown()  # what the start placed goes: the next run needs its CPUs
+            raise
         try:
             outputs = executor.run(ray_worker, args=[cfg.to_dict(), attempt])
             return next(doc for doc in outputs if doc)
@@ -52,7 +57,7 @@ def start_bounded(executor: Any, workers: int, bound_s: float | None) -> None:
     """executor.start(), which places the workers and finds the network they share (Horovod's driver and task
     services, over the nodes' links), within `bound_s` (--stall-timeout-s, at least START_TIMEOUT_S; None: unbounded):
     a node that cannot be reached held it for minutes without a word, and the run then counted those minutes. Past
-    it, a RunFailed; the start thread is left to Ray's shutdown."""
+    it, a RunFailed (the caller shuts the executor down)."""
     failed: list[BaseException] = []
 
     def start() -> None:

@@ -130,7 +130,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
     history = checkpoint.restore(state, model, optimizer) if state else History()
     if history.last_epoch and ctx.is_main:
         log.info("resuming after epoch %d", history.last_epoch)
-    schedule = None if cfg.no_averaging else ScheduleRecorder(model, ctx.device)
+    schedule = ScheduleRecorder(model, ctx.device) if ctx.is_main and not cfg.no_averaging else None  # rank 0's
     if cfg.no_averaging:  # the ceiling: the same rank and step, each on its own gradients
         wrapped, sync = model, NoAveraging(optimizer)
     else:

@@ -49,7 +49,8 @@ DEFAULTS = ["--models", "convnet,resnet50,vit_b_16", "--amp", "none,fp16,bf16", 
 """What the check runs unless its flags say otherwise: each backend under its own launcher, one epoch of synthetic data
 (no download offline), one round per precision and model, without the ceiling arms, within 7 minutes with the build:
 a first GPU run that fits one device call with room to run it again (ESTIMATE_S prices it)."""
-ESTIMATE_S = {"build": 150.0, "local": 5.0, "torchrun": 8.0, "horovodrun": 8.0, "ray": 10.0, "ray_start": 20.0}
+ESTIMATE_S = {"build": 150.0, "local": 5.0, "torchrun": 8.0, "mp.spawn": 8.0, "horovodrun": 8.0, "ray": 10.0,
+              "ray_start": 20.0}
 """Seconds the plan's estimate takes per step on one GPU machine, assumed rather than measured on a GPU (none has run
 the check yet): Horovod's build with NCCL on 16 cores; a run under each launcher, start-up-bound at the default sizes
 (on 2 CPU cores here a run of these models' first 20 steps took 4.3-9.8 s end to end under torchrun and horovodrun,
@@ -139,7 +140,7 @@ def on_cpus(argv: list[str]) -> list[str]:
 
 def estimate_s(settings: list[dict[str, Any]], cmp: CompareConfig, gpus: int) -> float:
     """The check's seconds by ESTIMATE_S: the build, then each setting's runs (orchestrator.runs lists them)."""
-    compared = arms.for_backends(list(cmp.backend_names), list(cmp.launcher_names))
+    compared = planned_arms(cmp)
     total = ESTIMATE_S["build"] + (ESTIMATE_S["ray_start"] if "ray" in cmp.launcher_names else 0.0)
     for n in cmp.worker_counts:
         planned, _ = orchestrator.runs([n], compared, cmp.repeats)
@@ -147,9 +148,16 @@ def estimate_s(settings: list[dict[str, Any]], cmp: CompareConfig, gpus: int) ->
     return total
 
 
+def planned_arms(cmp: CompareConfig) -> list[arms.Arm]:
+    """The arms a comparison of `cmp` runs, its A/A twins and ceilings included (orchestrator.Plan.arms's rule)."""
+    backends, launchers = list(cmp.backend_names), list(cmp.launcher_names)
+    return arms.for_backends(backends, launchers, cmp.aa) + ([] if cmp.no_ceiling else
+                                                               arms.ceilings(backends, launchers))
+
+
 def plan_text(settings: list[dict[str, Any]], cmp: CompareConfig, gpus: int, seconds: float) -> str:
     """The plan in one line: settings, runs, and the estimate beside the budget."""
-    compared = arms.for_backends(list(cmp.backend_names), list(cmp.launcher_names))
+    compared = planned_arms(cmp)
     runs = sum(len(orchestrator.runs([n], compared, cmp.repeats)[0]) for n in cmp.worker_counts) * len(settings)
     return (f"{len(settings)} setting(s) × {', '.join(map(str, cmp.worker_counts))} worker(s) on {gpus} GPU(s), "
             f"{cmp.repeats} round(s) of {', '.join(arm.label for arm in compared)}: {runs} runs; about "

@@ -113,21 +113,32 @@ def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool 
     base = replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths()
     preflight.check_config(base)
     on_ray = bool(backends) and "ray" in launchers
+    address = check_address() if on_ray else None
     if on_ray:
-        address = check_address()
         check_local_capacity(max(workers), base.use_gpu)
     base = data.resolve(base)
     if said := preflight.warmup_chosen(base, data.choose(base).train_count):
         log.info("%s", said)
     run_dir = root / run_id if run_id else run_folder.new_folder(root)  # a new one: made now, so no other takes it
     try:
-        if on_ray:
-            connect(run_dir / worker_output.LOG, address)  # one Ray for every run; its log opens with the first run
-            require(max(workers), base.use_gpu)
+        return _planned(base, cmp, run_dir, (on_ray, address), asked, references, network, reuse_references,
+                        per_backend, resume, run_id)
     except BaseException:
-        if not run_id:
-            run_dir.rmdir()  # refused: nothing is left behind
+        if not run_id and not any(run_dir.iterdir()):
+            run_dir.rmdir()  # refused after the folder was made: nothing is left behind
         raise
+
+
+def _planned(base: TrainConfig, cmp: CompareConfig, run_dir: Path, ray: tuple[bool, str | None],
+             asked: dict[str, Any], references: bool, network: dict[str, Any] | None, reuse_references: Path | None,
+             per_backend: dict[str, dict[str, Any]] | None, resume: bool, run_id: str) -> Plan:
+    """plan()'s part once the folder is known: Ray joined where an arm runs on it (`ray`: whether one does, and the
+    address check_address() decided), the runs listed, the plan written (or, resuming, the finished runs kept)."""
+    backends, workers = list(cmp.backend_names), list(cmp.worker_counts)
+    on_ray, address = ray
+    if on_ray:
+        connect(run_dir / worker_output.LOG, address)  # one Ray for every run; its log opens with the first run
+        require(max(workers), base.use_gpu)
     planned = Plan(base, cmp, run_dir, [], [], network, finished_references(reuse_references) if reuse_references
                    else {}, reuse_references, per_backend)
     planned.runs, planned.not_applicable = runs(workers, planned.arms, cmp.repeats,
@@ -206,12 +217,15 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
     that worker count, which the cut leaves whole."""
     rounds = max((r for r, _, _ in todo), default=0) + 1
     shown = progress.Progress([(r, arm.label, n, arm.launcher == "local") for r, arm, n in todo], rounds, deadline)
-    took, round_began = [], time.monotonic()  # each finished round's seconds, and when the current one began
+    # Each round's seconds where it ran something (a resume's kept runs take none), when the current one began, and
+    # whether it ran anything: a round is a (round, workers) pair in the list's order.
+    took, round_began, ran = [], time.monotonic(), False
     for i, (round_, arm, n) in enumerate(todo, 1):
-        if i > 1 and todo[i - 2][0] != round_:  # a new round begins: the one before has ended
-            took.append(time.monotonic() - round_began)
-            round_began = time.monotonic()
-            if deadline is not None and round_ > 0 and round_began + sum(took) / len(took) > deadline:
+        if i > 1 and (todo[i - 2][0], todo[i - 2][2]) != (round_, n):  # a new round begins: the one before ended
+            if ran:
+                took.append(time.monotonic() - round_began)
+            round_began, ran = time.monotonic(), False
+            if deadline is not None and round_ > 0 and took and round_began + sum(took) / len(took) > deadline:
                 return {"workers": n, "rounds": round_}
         began = time.monotonic()
         shown.start()
@@ -224,6 +238,7 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
                      arm.label, n, f", round {round_ + 1}" if arm.launcher != "local" else "")
             continue
         check_room(planned.run_dir, records, len(todo) - i + 1)
+        ran = True
         try:
             own = replace(planned.base, **(planned.per_backend or {}).get(arm.backend, {}))
             records.append(run_one(arm, round_, n, own, planned.run_dir, planned.network))
@@ -355,7 +370,8 @@ def record_of(arm: Arm, round_: int, n: int, run_dir: Path, doc: dict[str, Any])
 def rebuilder(planned: Plan):
     """What a resume keeps a run folder as (resume.finished): the record this comparison would write for the run its
     record.json names, rebuilt from its results.json, where that run is one of this comparison's and its results
-    say they are that run's (backend, launcher, worker count, and the folder they were written to); else None."""
+    say they are that run's (backend, launcher, worker count, and the name of the folder they were written to); else
+    None."""
     known = {(arm.label, n): arm for arm in {*planned.arms, *(arm for _, arm, _ in planned.runs)}
              for n in planned.cmp.worker_counts}
 
@@ -364,9 +380,9 @@ def rebuilder(planned: Plan):
         arm = known.get((record.get("arm"), n))
         if arm is None or not isinstance(round_, int) or run_name(arm, round_, n) != folder:
             return None
-        written = Path(doc["config"]["output_dir"])
-        if (doc["backend"], doc["launcher"], doc["workers"], written.name, written.parent.name) != (
-                arm.backend, arm.launcher, n, folder, planned.run_dir.name):
+        # the folder its results were written to: a comparison's folder may since have moved, its runs' names not
+        if (doc["backend"], doc["launcher"], doc["workers"], Path(doc["config"]["output_dir"]).name) != (
+                arm.backend, arm.launcher, n, folder):
             return None
         return record_of(arm, round_, n, planned.run_dir, doc)
 

@@ -37,7 +37,8 @@ def request(base: TrainConfig, cmp: CompareConfig) -> dict[str, Any]:
             "target_accuracy": cmp.target_accuracy}
 
 
-PLAN_SCHEMA = 1
+PLAN_SCHEMA = 2
+"""2: runs record gpu_math, which a kept run's record must hold (a schema-1 folder is refused, not emptied)."""
 
 
 def write_plan(run_dir: Path, asked: dict[str, Any]) -> None:

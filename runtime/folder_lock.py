@@ -7,11 +7,13 @@ holder exits, however it exits (SIGKILL included).
 """
 
 import fcntl
+import logging
 import os
 from pathlib import Path
 
 from contract.config import ConfigError
 
+log = logging.getLogger(__name__)
 _held: dict[Path, int] = {}
 """The folders this process holds, with the descriptor that holds each (open for the process's life)."""
 
@@ -30,6 +32,10 @@ def hold(folder: Path, flag: str) -> None:
         pids = ", ".join(holders(folder)) or "unknown"
         raise ConfigError(f"{flag} {folder} is being written by another command (PID {pids}); one command writes a "
                           "folder at a time: wait for it to end, or stop it and resume then") from None
+    except OSError:  # NFS emulates flock with POSIX locks, which a directory opened read-only cannot take
+        os.close(fd)
+        log.warning("%s cannot be locked on its filesystem: run one command at a time in it", folder)
+        return
     _held[folder] = fd
 
 

@@ -310,7 +310,7 @@ TABLE = [
          "(--no-ceiling True -> False)", "planned-before-the-ceiling"),
     case("ray_jobs.compare", ["--resume", "{ws}"], "no plan.json there, so it is no comparison's folder"),
     case("ray_jobs.compare", ["--resume", "{ws}/run", "--repeats", "3"], "plan.json says schema_version 99, and this "
-         "version of the project reads 1", "plan-of-a-later-version"),
+         "version of the project reads 2", "plan-of-a-later-version"),
     case("ray_jobs.compare", ["--resume", "{ws}/nowhere"], "/nowhere does not exist; pass the results/<run-id> folder"),
     # A comparison that ran nothing renders no verdict, whatever its file claims.
     case("ray_jobs.compare", ["--render", "{ws}/run"], "holds no run, so there is nothing to render",

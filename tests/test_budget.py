@@ -77,3 +77,22 @@ def test_make_compare_s_target_gives_way_to_a_repeats_below_its_pilot_and_to_one
     assert compare.make_defaults(parse([*made, "--backends", "native"]), ["--backends", "native"]).target_ci == 0
     own = ["--target-ci", "5", "--repeats", "2"]  # their own target: CompareConfig refuses the short pilot
     assert compare.make_defaults(parse([*made, *own]), own).target_ci == 5
+
+
+def test_a_resume_s_kept_rounds_do_not_price_the_rounds_it_runs(monkeypatch, tmp_path):
+    clock = [0.0]
+
+    def ten_seconds(arm: Arm, round_: int, n: int, *args) -> dict:
+        clock[0] += 10.0
+        return record(arm, round_, n)
+
+    monkeypatch.setattr(orchestrator, "run_one", ten_seconds)
+    monkeypatch.setattr(orchestrator.time, "monotonic", lambda: clock[0])
+    cmp = CompareConfig(repeats=4, target_ci=3, budget_min=1, no_ceiling=True)
+    planned = orchestrator.Plan(TrainConfig(), cmp, Path(tmp_path), [], [])
+    planned.runs, _ = orchestrator.runs([2], planned.arms, cmp.repeats)
+    # rounds 1 and 2 finished before a stop: kept in no time, they must not make a round look free
+    planned.finished = {orchestrator.run_name(arm, r, 2): record(arm, r, 2) for r, arm, _ in planned.runs if r < 2}
+    records = []
+    assert orchestrator._run_all(planned, planned.runs, records, {}, deadline=25.0) == {"workers": 2, "rounds": 3}
+    assert clock[0] == 20.0  # round 3 ran (20 s); round 4 would have ended at 40 s

@@ -76,3 +76,16 @@ def test_with_cpus_in_place_of_gpus_it_writes_a_grid_that_renders_and_prints_one
     before = (grid_dir / "report.md").read_text()
     compare.render(grid_dir)  # --render of the folder: the same report again, from the JSON alone
     assert (grid_dir / "report.md").read_text() == before
+
+
+def test_the_estimate_prices_every_arm_a_comparison_runs():
+    cmp, _, settings = compare.configs(compare.parser().parse_args(gpu_check.arguments(
+        1, ["--launchers", "mp.spawn,horovodrun", "--aa", "--models", "convnet", "--amp", "none"])))
+    cmp = type(cmp)(**{**{f: getattr(cmp, f) for f in cmp.__dataclass_fields__ if cmp.__dataclass_fields__[f].init},
+                       "no_ceiling": False})
+    labels = [arm.label for arm in gpu_check.planned_arms(cmp)]
+    assert labels == ["native/mp.spawn", "horovod/horovodrun", "native/mp.spawn-aa", "horovod/horovodrun-aa",
+                      "ceiling/mp.spawn", "ceiling/horovodrun"]
+    assert gpu_check.estimate_s(settings, cmp, 1) == pytest.approx(
+        gpu_check.ESTIMATE_S["build"] + gpu_check.ESTIMATE_S["local"] + 3 * (
+            gpu_check.ESTIMATE_S["mp.spawn"] + gpu_check.ESTIMATE_S["horovodrun"]))

@@ -80,11 +80,12 @@ def torch_math():
     saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
              torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+             os.environ.get("CUBLAS_WORKSPACE_CONFIG"), torch.utils.deterministic.fill_uninitialized_memory)
     yield
     torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[2], saved[3]
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[4], saved[5]
+    torch.utils.deterministic.fill_uninitialized_memory = saved[7]
     if saved[6] is None:
         os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
     else:
@@ -99,6 +100,7 @@ def test_every_gpu_run_asks_for_deterministic_kernels_and_float32_without_tf32_a
     assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
     assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert not torch.utils.deterministic.fill_uninitialized_memory  # determinism does not need every empty() filled
     recorded = run.gpu_math(GPU)
     assert run.gpu_math(torch.device("cpu")) is None
     assert (recorded["deterministic_algorithms"], recorded["tf32"], recorded["cublas_workspace_config"]) == (

@@ -92,3 +92,17 @@ def test_a_folder_another_command_writes_is_refused_naming_it_and_nothing_is_mad
         holder.wait()
     folder_lock.hold(tmp_path, "--resume")  # the holder gone, its lock went with it
     folder_lock.hold(tmp_path, "--resume")  # and this process holds it once, however often it asks
+
+
+def test_a_filesystem_without_flock_warns_and_goes_on(tmp_path, monkeypatch, caplog):
+    import errno
+    import fcntl
+
+    from runtime import folder_lock
+
+    def refuses(fd, how):
+        raise OSError(errno.EBADF, "Bad file descriptor")  # NFS: POSIX locks on a directory opened read-only
+
+    monkeypatch.setattr(fcntl, "flock", refuses)
+    folder_lock.hold(tmp_path / "..", "--resume")
+    assert "cannot be locked on its filesystem" in caplog.text

@@ -29,7 +29,7 @@ class ScheduleRecorder:
         self.start: Any = None
         self.ready: dict[int, Any] = {}
         self.buckets: list[list[Any]] = []  # [indices, bytes, launched, finished]
-        self.steps: list[dict[str, Any]] = []  # every recorded step
+        self.steps: list[dict[str, Any]] = []  # every recorded step, its stamps as taken
         for i, param in enumerate(params):
             param.register_post_accumulate_grad_hook(functools.partial(self._ready, i))
 
@@ -41,7 +41,10 @@ class ScheduleRecorder:
         return time.perf_counter()
 
     def _since(self, stamp: Any) -> float:
-        return self.start.elapsed_time(stamp) / 1000 if self.gpu else stamp - self.start
+        """Seconds from the step's start: a CUDA event's, or a host time's (DDP's launches on a GPU are events)."""
+        if self.gpu and not isinstance(stamp, float):
+            return self.start.elapsed_time(stamp) / 1000
+        return stamp - self.start
 
     def _ready(self, i: int, param: torch.Tensor) -> None:
         if self.wanted:
@@ -69,29 +72,35 @@ class ScheduleRecorder:
 
     def end(self, backward_end: float, wait_s: float) -> None:
         """The step's backward ended at `backward_end` (perf_counter, the device synchronised on a GPU) and it waited
-        `wait_s` for its averaged gradients."""
+        `wait_s` for its averaged gradients. Called after the step's timing: its stamps are kept as they are, and made
+        seconds only in record(), after training."""
         if not self.wanted:
             return
         self.wanted = False
+        now = self._stamp() if self.gpu else None  # on a GPU: the host's backward_end, placed on the device's clock
+        self.steps.append({"start": self.start, "ready": self.ready, "buckets": self.buckets, "wait_s": wait_s,
+                           "backward_end": backward_end, "now": now, "host_now": time.perf_counter()})
+
+    def _seconds(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """One recorded step in seconds from its start."""
+        self.start = raw["start"]
         if self.gpu:
-            torch.cuda.synchronize()
-            backward = self.start.elapsed_time(self._stamp()) / 1000 - (time.perf_counter() - backward_end)
+            raw["now"].synchronize()
+            backward = self._since(raw["now"]) - (raw["host_now"] - raw["backward_end"])
         else:
-            backward = backward_end - self.start
-        step = {"ready_s": sorted(((i, self._since(s)) for i, s in self.ready.items()), key=lambda r: r[1]),
-                "backward_end_s": backward, "wait_s": wait_s,
-                "allreduces": [{"indices": indices, "bytes": size,
-                                "launched_s": launched - self.start if not self.gpu else self._since(launched),
+            backward = raw["backward_end"] - self.start
+        return {"ready_s": sorted(((i, self._since(s)) for i, s in raw["ready"].items()), key=lambda r: r[1]),
+                "backward_end_s": backward, "wait_s": raw["wait_s"],
+                "allreduces": [{"indices": indices, "bytes": size, "launched_s": self._since(launched),
                                 "finished_s": None if done is None else done - self.start}
-                               for indices, size, launched, done in self.buckets]}
-        self.steps.append(step)
+                               for indices, size, launched, done in raw["buckets"]]}
 
     def record(self) -> dict[str, Any] | None:
         """results.json's `schedule`: each gradient's bytes, its median readiness over the measured steps, the median
         backward end and wait, and the last STEPS_KEPT steps whole; None where no step was recorded."""
-        every = self.steps
-        if not every:
+        if not self.steps:
             return None
+        every = [self._seconds(raw) for raw in self.steps]
         readiness: dict[int, list[float]] = {}
         for step in every:
             for i, at in step["ready_s"]:

@@ -131,6 +131,8 @@ class Trainer:
     """Records the last epoch's measured steps' averaging schedule (workload/schedule.py); a distributed rank's."""
     recording: bool = False
     """Whether the step about to run is one the schedule records (_steps sets it)."""
+    last_sync: tuple[float, float] = (0.0, 0.0)
+    """The last step's backward end (perf_counter) and wait, for the schedule once the step's timing is done."""
     worker_buffers: list[Tensor] = field(default_factory=list)
     """The reference's simulated workers' BatchNorm buffers, one flat copy each: each worker's forward updates its
     own, as each rank's does."""
@@ -218,6 +220,8 @@ class Trainer:
             t1 = self._now()
             loss, sync_s = self.train_step(groups)
             t2 = self._now()
+            if self.schedule:  # after the step's timing: what it keeps of the step costs no timed time
+                self.schedule.end(*self.last_sync)
             losses.append(loss)
             # The samples this step really processed: a short last batch counts for what it holds.
             times.append((t1 - t0, t2 - t1 - sync_s, sync_s, sum(len(y) for group in groups for _, y in group),
@@ -261,8 +265,7 @@ class Trainer:
             self.sync.group_done()
         backward_end = self._now()
         sync_s = self.sync.wait(backward_end)
-        if self.schedule:
-            self.schedule.end(backward_end, sync_s)
+        self.last_sync = (backward_end, sync_s)
         stepped = self._now()
         self.sync.step(self._apply)
         inside = max(0.0, sync_s - (stepped - backward_end))  # a wait the backend counts within backward (DDP's)
