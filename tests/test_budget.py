@@ -3,6 +3,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from contract.comparison import CompareConfig
 from contract.config import TrainConfig
 from launchers.arms import Arm
@@ -12,6 +14,23 @@ from ray_jobs import orchestrator, progress
 def record(arm: Arm, round_: int, n: int, *args) -> dict:
     return {"arm": arm.label, "launcher": arm.launcher, "workers": n, "round": round_, "status": "ok",
             "final": {"test_accuracy": 0.5}, "steady_samples_per_s": 100.0, "end_to_end_s": 1.0}
+
+
+@pytest.fixture
+def ten_second_runs(monkeypatch, tmp_path):
+    """A pilot of 4 rounds at 2 workers whose every run takes 10 s of a clock the test reads: (clock, plan)."""
+    clock = [0.0]
+
+    def ten_seconds(arm: Arm, round_: int, n: int, *args) -> dict:
+        clock[0] += 10.0
+        return record(arm, round_, n)
+
+    monkeypatch.setattr(orchestrator, "run_one", ten_seconds)
+    monkeypatch.setattr(orchestrator.time, "monotonic", lambda: clock[0])
+    cmp = CompareConfig(repeats=4, target_ci=3, budget_min=1, no_ceiling=True)
+    planned = orchestrator.Plan(TrainConfig(), cmp, Path(tmp_path), [], [])
+    planned.runs, _ = orchestrator.runs([2], planned.arms, cmp.repeats)
+    return clock, planned
 
 
 def test_a_pilot_past_the_budget_stops_at_the_end_of_a_round_and_says_how_many_ran(monkeypatch, tmp_path):
@@ -34,18 +53,8 @@ def test_the_first_time_left_comes_from_a_run_of_the_same_kind_never_a_guess():
     assert shown.left(2) == "about 2 min 0 s left"  # horovod priced as native ran until it has run itself
 
 
-def test_no_round_starts_that_the_rounds_so_far_say_would_end_past_the_budget(monkeypatch, tmp_path):
-    clock = [0.0]
-
-    def ten_seconds(arm: Arm, round_: int, n: int, *args) -> dict:
-        clock[0] += 10.0
-        return record(arm, round_, n)
-
-    monkeypatch.setattr(orchestrator, "run_one", ten_seconds)
-    monkeypatch.setattr(orchestrator.time, "monotonic", lambda: clock[0])
-    cmp = CompareConfig(repeats=4, target_ci=3, budget_min=1, no_ceiling=True)
-    planned = orchestrator.Plan(TrainConfig(), cmp, Path(tmp_path), [], [])
-    planned.runs, _ = orchestrator.runs([2], planned.arms, cmp.repeats)
+def test_no_round_starts_that_the_rounds_so_far_say_would_end_past_the_budget(ten_second_runs):
+    clock, planned = ten_second_runs
     records = []
     # round 1 (the two references and both arms) takes 40 s: a second would end at 80 s, past a deadline at 50 s
     assert orchestrator._run_all(planned, planned.runs, records, {}, deadline=50.0) == {"workers": 2, "rounds": 1}
@@ -79,18 +88,8 @@ def test_make_compare_s_target_gives_way_to_a_repeats_below_its_pilot_and_to_one
     assert compare.make_defaults(parse([*made, *own]), own).target_ci == 5
 
 
-def test_a_resume_s_kept_rounds_do_not_price_the_rounds_it_runs(monkeypatch, tmp_path):
-    clock = [0.0]
-
-    def ten_seconds(arm: Arm, round_: int, n: int, *args) -> dict:
-        clock[0] += 10.0
-        return record(arm, round_, n)
-
-    monkeypatch.setattr(orchestrator, "run_one", ten_seconds)
-    monkeypatch.setattr(orchestrator.time, "monotonic", lambda: clock[0])
-    cmp = CompareConfig(repeats=4, target_ci=3, budget_min=1, no_ceiling=True)
-    planned = orchestrator.Plan(TrainConfig(), cmp, Path(tmp_path), [], [])
-    planned.runs, _ = orchestrator.runs([2], planned.arms, cmp.repeats)
+def test_a_resume_s_kept_rounds_do_not_price_the_rounds_it_runs(ten_second_runs):
+    clock, planned = ten_second_runs
     # rounds 1 and 2 finished before a stop: kept in no time, they must not make a round look free
     planned.finished = {orchestrator.run_name(arm, r, 2): record(arm, r, 2) for r, arm, _ in planned.runs if r < 2}
     records = []
