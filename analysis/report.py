@@ -398,7 +398,7 @@ def report_markdown(comparison: dict[str, Any]) -> str:
 
 VERDICT_HEAD = ("| setting | gradient | workers | steady samples/s, native ÷ Horovod | end to end | CPU per sample | "
                 "efficiency, native / Horovod | parity | rounds |")
-"""The verdicts of one comparison in one row, one short figure per cell (the README's answer table and a grid's
+"""The verdicts of one comparison in one row, one short figure per cell (docs/findings.md's per-model table and a grid's
 first table); verdict_notes says each in a sentence beneath."""
 
 

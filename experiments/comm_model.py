@@ -36,7 +36,7 @@ DDP_FIRST_BUCKET_BYTES = MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 OVERLAPS = (0.0,)
 """ω tried by the fit. Searched over 0 to 0.5, it traded against h on the 2-node sweeps (compute grows with the
 gradient, as the bytes do): h came out anywhere in 0–100 ns/B and a 100 MB gradient's prediction anywhere in
-0.01–50. Fixed at 0, the overlap each backend gets shows in its effective η and h instead (README)."""
+0.01–50. Fixed at 0, the overlap each backend gets shows in its effective η and h instead (docs/cluster.md)."""
 BOOTSTRAP = 200
 SEED = 0
 

@@ -19,7 +19,7 @@ def run(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
 
     from native_ddp.worker import train_func
 
-    # Ray's own health-check interval (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S) is kept on purpose (README: What Ray costs).
+    # Ray's own health-check interval (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S) is kept on purpose (docs/measuring.md).
     # Rank 0 counts the worker group's starts here (results.json's `restarts`); removed when the run ends.
     starts_file = Path(cfg.output_dir) / ".worker-group-starts"
     starts_file.parent.mkdir(parents=True, exist_ok=True)

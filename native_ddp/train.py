@@ -38,7 +38,7 @@ def main() -> int:
         # connectFullMesh (pytorch#135712). The static rendezvous (torchrun's default) always shares it.
         raise ConfigError("torchrun --max-restarts restarts reliably only with a fresh store per attempt: run "
                           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone (or --rdzv-backend c10d "
-                          "--rdzv-endpoint HOST:PORT) ... (README: Workers that die)")
+                          "--rdzv-endpoint HOST:PORT) ... (docs/faults.md)")
     preflight.check_config(cfg)  # again with the world size once the group exists
     gpus.check(cfg.use_gpu, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), horovod=False)
     data.check_known(cfg)  # data of a known size: refused before the group forms

@@ -145,7 +145,7 @@ def warmup_chosen(cfg: TrainConfig, train_count: int) -> str | None:
             f"--warmup-steps {cfg.warmup_steps} would leave none to time) and {steps - warmup} are timed{more}")
 
 
-# Room for a run's results.json, TensorBoard scalars and ray.log, with a wide margin (README: Right or refused).
+# Room for a run's results.json, TensorBoard scalars and ray.log, with a wide margin (docs/right-or-refused.md).
 OUTPUT_BYTES = 2 << 20
 # A checkpoint holds the weights and the momentum, and a new one is written beside the old before it replaces it; a
 # margin of 1 MB, and 1 MB x width² for the convnet (its counted size is far below).

@@ -13,14 +13,14 @@ from contract.config import TrainConfig
 from workload import data
 
 # Ray Train's controller polls its workers every 2 s, so each Ray Train run ends ~2 s after its training; polling
-# at 0.5 s costs throughput (README: What Ray costs), which no test measures. Every driver here inherits it.
+# at 0.5 s costs throughput (docs/measuring.md: What Ray costs), which no test measures. Every driver here inherits it.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
 
 
 
 IDLE: list[tuple[float, float, str]] = []
-"""(idle core-seconds, wall seconds, test) per test: where the suite waits rather than computes (README: what the
-tests cost). Read from /proc/stat, host-wide, so it is meaningful only while nothing else runs, as CI runs it."""
+"""(idle core-seconds, wall seconds, test) per test: where the suite waits rather than computes (docs/install.md).
+Read from /proc/stat, host-wide, so it is meaningful only while nothing else runs, as CI runs it."""
 
 
 def _cpu_times() -> tuple[int, int] | None:

@@ -129,7 +129,8 @@ def test_a_fit_that_cannot_part_a_message_from_a_byte_says_so(tmp_path):
 
 
 def test_the_overlap_is_found_where_the_runs_tell_it_apart(tmp_path):
-    """ω, fixed at 0 for the sweeps here (README), is still fitted exactly when compute does not grow with the bytes."""
+    """ω, fixed at 0 for the sweeps here (docs/cluster.md), is still fitted exactly when compute does not grow with
+    the bytes."""
     sweep = _sweep(tmp_path / "two", 2, RATES_2, [1, 2, 4])
     found, _ = comm_model.points([str(sweep)], gradient, netsim.burst_bytes)
     mine = [p for p in found if p.backend == "native"]

@@ -1,10 +1,11 @@
 """The front door and the reference pages stand as written: every link resolves, the README's figures are the
 committed results', and every command a user would paste parses and validates as it stands (flags, values, make
-targets, modules and scripts) in the entry point's own parser and typed configs. The README's Ray block also runs
+targets, modules and scripts) in the entry point's own parser and typed configs. docs/running.md's Ray block also runs
 as pasted (tests/test_newcomer.py); the others train for minutes, and each entry point's run is the suite's own
 (tests/test_compare.py's comparison runs every launcher)."""
 
 import importlib
+import json
 import importlib.util
 import re
 import shutil
@@ -154,17 +155,57 @@ def test_make_docs_renders_every_committed_report_and_picture_again_byte_for_byt
     assert not differ, differ
 
 
-def test_the_readme_s_figures_are_the_committed_results():
-    """Each row of the README's answer table stands, cell for cell, in a report rendered from docs/results."""
-    readme = (REPO / "README.md").read_text()
-    answer = readme.split(ANSWER_START, 1)[1].split("\n\n", 2)[1]
-    rows = [line for line in answer.splitlines() if line.startswith("| ") and not line.startswith("| setting")]
-    assert rows, "the README's answer table has no rows"
+def per_model_rows() -> list[str]:
+    """docs/findings.md's per-model table: the rows under its marker."""
+    page = (REPO / "docs" / "findings.md").read_text()
+    answer = page.split(ANSWER_START, 1)[1].split("\n\n", 2)[1]
+    return [line for line in answer.splitlines() if line.startswith("| ") and not line.startswith("| setting")]
+
+
+def test_the_per_model_figures_are_the_committed_results():
+    """Each row of docs/findings.md's per-model table stands, cell for cell, in a report rendered from docs/results."""
+    rows = per_model_rows()
+    assert rows, "docs/findings.md's per-model table has no rows"
     reports = "\n".join(p.read_text() for p in RESULTS.rglob("report.md"))
     missing = [row for row in rows if row not in reports]
     assert not missing, missing
-    for picture in re.findall(r"\]\((docs/results/[^)]+\.png)\)", readme):
-        assert (REPO / picture).is_file(), picture
+    for page in (REPO / "README.md", REPO / "docs" / "findings.md"):
+        for picture in re.findall(r"\]\(((?:docs/)?results/[^)]+\.png)\)", page.read_text()):
+            assert (page.parent / picture).is_file(), picture
 
 
+def _span(values: list[float], digits: int) -> str:
+    return f"{min(values):.{digits}f}–{max(values):.{digits}f}"
+
+
+def test_the_readme_s_rows_by_hardware_are_the_committed_results():
+    """The first screen's figures: the CPU row's span is the per-model table's, the efficiency spans its column's,
+    the GPU row says "not yet run" until a GPU check is committed, and the clusters' row is the prediction's span and
+    its checks' count."""
+    readme = (REPO / "README.md").read_text()
+    assert readme.index(BY_HARDWARE) < len("\n".join(readme.splitlines()[:40])), "the answer left the first screen"
+    table = readme.split(BY_HARDWARE, 1)[1].split("\n\n", 1)[0]
+    row = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()[2:]}
+    cells = [line.split(" | ") for line in per_model_rows()]
+    steady = [float(c[3].split()[0]) for c in cells]
+    assert {c[7] for c in cells} == {"PASS"} and {c[8].rstrip(" |") for c in cells} == {"6"}, cells
+    assert all(float(c[3].split("(")[1].split("–")[0]) > 1 for c in cells), "a model is not decided for native"
+    assert f"{len(cells)} models, 6 interleaved rounds each | {_span(steady, 2)}: native faster on every model" \
+        in row["2 CPU ranks, one 2-core VM"]
+    efficiency = [[float(side.split()[0]) for side in c[6].split(" / ")] for c in cells]
+    assert (f"native keeps {_span([e[0] for e in efficiency], 2)} of it and Horovod "
+            f"{_span([e[1] for e in efficiency], 2)}") in " ".join(readme.split()), efficiency
+    checks = [p for p in RESULTS.glob("gpu-*") if p.name != "gpu-prediction"]
+    assert ("not yet run" in row["1 GPU"]) == (not checks), (checks, row["1 GPU"])
+    prediction = json.loads((RESULTS / "gpu-prediction" / "gpu-prediction.json").read_text())
+    clusters = [r for r in prediction["rows"] if r["gpus"] >= 8]
+    assert {r["gpus"] for r in clusters} == {8, 16, 64}
+    assert {r["rate_gbit"] for r in clusters} - {None} == {100, 200, 400}
+    ratios = [round(r["ratio"], 3) for r in clusters]
+    matched = re.search(r"The replay matched (\d+) of (\d+) measured", prediction["validation"])
+    assert (f"it met {matched[1]} of {matched[2]} checks here | {_span(ratios, 3)}: a tie"
+            in row["8–64 GPUs, NVLink, 100–400 Gbit/s"]), (ratios, matched.groups())
+
+
+BY_HARDWARE = "<!-- by hardware: tests/test_docs.py ties each figure to docs/results -->"
 ANSWER_START = "<!-- the answer: tests/test_docs.py checks each row against docs/results -->"

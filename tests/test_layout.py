@@ -129,7 +129,7 @@ def test_no_function_is_longer_than_sixty_lines():
 
 
 def test_no_module_imports_a_private_module_of_ray_but_the_two_the_readme_counts():
-    """Ray through its public interface: the places where Ray has none are named in README.md's layout section."""
+    """Ray through its public interface: the places where Ray has none are named in docs/architecture.md."""
     private = [f"{path.relative_to(REPO)}:{node.lineno}" for path in modules()
                for node in ast.walk(ast.parse(path.read_text()))
                if isinstance(node, (ast.Import, ast.ImportFrom))

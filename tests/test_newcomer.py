@@ -1,4 +1,4 @@
-"""The newcomer's path: what a first run leaves on the machine, and the README's cluster block as pasted."""
+"""The newcomer's path: what a first run leaves on the machine, and docs/running.md's cluster block as pasted."""
 
 import glob
 import os
@@ -78,13 +78,13 @@ def test_a_default_run_on_its_own_local_ray_prints_our_lines_and_leaves_nothing_
     assert {stat.S_IMODE(p.stat().st_mode) for p in out.glob("events.out.tfevents.*")} == {0o640}
 
 
-README_MARKER = "<!-- tests/test_newcomer.py runs the next block as pasted -->"
+BLOCK_MARKER = "<!-- tests/test_newcomer.py runs the next block as pasted -->"
 
 
-def readme_block() -> str:
-    """The README's cluster block, exactly as a user would paste it."""
-    text = (REPO / "README.md").read_text()
-    after = text.split(README_MARKER, 1)[1]
+def cluster_block() -> str:
+    """docs/running.md's cluster block, exactly as a user would paste it."""
+    text = (REPO / "docs" / "running.md").read_text()
+    after = text.split(BLOCK_MARKER, 1)[1]
     assert after.lstrip().startswith("```sh\n"), "the marker must sit right above a ```sh block"
     return after.split("```sh\n", 1)[1].split("```", 1)[0]
 
@@ -99,7 +99,7 @@ def _sandbox(home: Path, ray_tmp: Path) -> tuple[list[str], dict[str, str]]:
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("before", ["fresh machine", "after a local ray.init"])
-def test_the_readme_cluster_block_works_as_pasted(tmp_path, before):
+def test_the_cluster_block_of_running_md_works_as_pasted(tmp_path, before):
     """After its first two lines the block stands where it would on either machine (a token in ~/.ray, token auth
     asked for): the whole block runs after a local ray.init, which wrote the token, and on a fresh machine its
     first two lines run, which must write one."""
@@ -120,7 +120,7 @@ def test_the_readme_cluster_block_works_as_pasted(tmp_path, before):
         script += (f"RAY_AUTH_MODE=token ray start --head --port 6400 --dashboard-port 8300 --num-cpus 0 "
                    f"--ray-client-server-port 9201 --dashboard-agent-listen-port 52400 --metrics-export-port 8400 "
                    f"--temp-dir {ray_tmp / 'other'} >/dev/null 2>&1\n")
-    block = readme_block()
+    block = cluster_block()
     if before == "fresh machine":
         block = "".join(block.splitlines(keepends=True)[:2]) + "test -s ~/.ray/auth_token\n"
     try:

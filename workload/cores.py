@@ -1,6 +1,6 @@
 """Which cores a rank runs on: with `--cpu-affinity core`, each rank is pinned to one core of its own, so that
 ranks stop migrating between cores and sharing one while another idles (a source of run-to-run noise measured in
-the README's "What is measured, and how").
+docs/measuring.md).
 
 Pinned by global rank, not local rank: the simulated cluster puts one rank per "node" on one host, where every
 rank is local rank 0. So the world is pinned only when it fits on the cores this process may use; otherwise the

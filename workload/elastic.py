@@ -12,7 +12,7 @@ where the survivors are.
 
 The state is saved at each epoch's end, as the tutorials do, under every framework: a Ray Train checkpoint, a TorchState
 commit (in memory), a torchrun checkpoint file. Ray Train's report blocks until the controller has collected the
-previous one, on its poll every 2 s: saved more often, it waits (README: Nodes that come and go).
+previous one, on its poll every 2 s: saved more often, it waits (docs/elastic.md).
 
 Rank 0 appends one line per step to <cfg.output_dir>/timeline.jsonl: that file is the run's whole record.
 """
