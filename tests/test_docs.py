@@ -190,7 +190,8 @@ def test_the_readme_s_rows_by_hardware_are_the_committed_results():
     steady = [float(c[3].split()[0]) for c in cells]
     assert {c[7] for c in cells} == {"PASS"} and {c[8].rstrip(" |") for c in cells} == {"6"}, cells
     assert all(float(c[3].split("(")[1].split("–")[0]) > 1 for c in cells), "a model is not decided for native"
-    assert f"{len(cells)} models, 6 interleaved rounds each | {_span(steady, 2)}: native faster on every model" \
+    assert f"{len(cells)} models, small synthetic images, 6 interleaved rounds each | {_span(steady, 2)}: native faster on every " \
+        "model" \
         in row["2 CPU ranks, one 2-core VM"]
     efficiency = [[float(side.split()[0]) for side in c[6].split(" / ")] for c in cells]
     assert (f"native keeps {_span([e[0] for e in efficiency], 2)} of it and Horovod "
@@ -203,8 +204,9 @@ def test_the_readme_s_rows_by_hardware_are_the_committed_results():
     assert {r["rate_gbit"] for r in clusters} - {None} == {100, 200, 400}
     ratios = [round(r["ratio"], 3) for r in clusters]
     matched = re.search(r"The replay matched (\d+) of (\d+) measured", prediction["validation"])
-    assert (f"it met {matched[1]} of {matched[2]} checks here | {_span(ratios, 3)}: a tie"
-            in row["8–64 GPUs, NVLink, 100–400 Gbit/s"]), (ratios, matched.groups())
+    ranges = [round(end, 3) for r in clusters for end in r["range"]]
+    assert (f"it met {matched[1]} of {matched[2]} checks here, short of its 80 % bar | {_span(ratios, 3)} (ranges "
+            f"{_span(ranges, 3)}): a tie within 2 %" in row["8–64 GPUs, NVLink, 100–400 Gbit/s"]), (ratios, ranges)
 
 
 BY_HARDWARE = "<!-- by hardware: tests/test_docs.py ties each figure to docs/results -->"
