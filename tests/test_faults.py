@@ -295,10 +295,11 @@ STOPPED = ["torchrun", "ray-native", "mp.spawn"]
 
 @pytest.fixture(scope="module")
 def stopped_runs(trial_cfg, tmp_path_factory, ray_cluster) -> dict[str, tuple[int, str, Path]]:
-    """Each launcher of STOPPED with its rank 1 stopped, all at once: each spends its stall bound (10 s) with the
-    cores idle; mp.spawn's command must end its stopped rank itself, within seconds of rank 0's line.
-    {launcher: (exit code, output, folder)}"""
-    cfg = replace(trial_cfg, stall_timeout_s=10)
+    """Each launcher of STOPPED with its rank 1 stopped, all at once: each spends its stall bound (30 s) with the
+    cores idle; mp.spawn's command must end its stopped rank itself, within seconds of rank 0's line. The bound also
+    covers each rank's start, from its group to its first step, which three launches at once beside a busy core took
+    past 10 s. {launcher: (exit code, output, folder)}"""
+    cfg = replace(trial_cfg, stall_timeout_s=30)
     folders = {name: tmp_path_factory.mktemp(name) for name in STOPPED}
     with ThreadPoolExecutor(len(STOPPED)) as pool:
         ended = {name: pool.submit(_stop_rank_1_after_epoch_1, name, cfg, folders[name],
