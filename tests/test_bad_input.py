@@ -455,7 +455,7 @@ def test_asking_for_the_token_leaves_ray_s_token_cache_as_it_was(tmp_path, monke
 
 def assert_refused_once_under(result, needle: str) -> None:
     """Under a launcher: our line exactly once (rank 0's), and no traceback through our code. The launcher's own
-    traceback after it (torchrun, horovodrun) is theirs; the README says so."""
+    traceback after it (torchrun, horovodrun) is theirs; docs/right-or-refused.md says so."""
     output = result.stdout + result.stderr
     errors = [line for line in output.splitlines() if "error: " in line and "ChildFailedError" not in line]
     assert result.returncode != 0

@@ -1,6 +1,7 @@
 """The elastic trials: what a run's timeline says (experiments/elastic_report.py), how an elastic rank cuts the data
 (workload/elastic.py), and the refusals of `python -m experiments.elastic_trials`. The trials themselves (three
-frameworks on the simulated cluster, half an hour) are a benchmark, run by hand; their figures are in the README."""
+frameworks on the simulated cluster, half an hour) are a benchmark, run by hand; their figures are in docs/findings.md
+and docs/elastic.md."""
 
 import json
 import re

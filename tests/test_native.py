@@ -1,5 +1,5 @@
 """Native DDP on a real local Ray cluster (TorchTrainer): resume, capacity, addresses. A plain run under each launcher
-is tests/test_compare.py's comparison; `ray job submit`, the README block in tests/test_newcomer.py."""
+is tests/test_compare.py's comparison; `ray job submit`, docs/running.md's block in tests/test_newcomer.py."""
 
 from dataclasses import replace
 
