@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from analysis import plots, runs
+from analysis import plots, runs, text
 from contract import models, results
 from contract.config import ConfigError
 from experiments import schedule_replay
@@ -155,15 +155,14 @@ def render(folder: Path) -> str | None:
 
 def markdown(doc: dict[str, Any]) -> str:
     steps, links = doc["assumed"]["steps"], doc["assumed"]["links"]
-    head = ("| model | GPUs | between nodes | DDP img/s per GPU | Horovod img/s per GPU | native ÷ Horovod (range) | "
-            "DDP's wait, ms (buckets) | Horovod's wait, ms (fused buffers, cycles) |")
-    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
-    for r in doc["rows"]:
-        link = f"{r['rate_gbit']:g} Gbit/s" if r["rate_gbit"] else "NVLink (one node)" if r["gpus"] > 1 else "—"
-        lines.append(f"| {r['model']} | {r['gpus']} | {link} | {r['native_per_gpu']:,.0f} | "
-                     f"{r['horovod_per_gpu']:,.0f} | {r['ratio']:.3f} ({r['range'][0]:.3f}–{r['range'][1]:.3f}) | "
-                     f"{r['native_wait_ms']:.1f} ({r['buckets']}) | {r['horovod_wait_ms']:.1f} "
-                     f"({r['fused_buffers']}, {r['horovod_cycles']}) |")
+    head = ["model", "GPUs", "between nodes", "DDP img/s per GPU", "Horovod img/s per GPU", "native ÷ Horovod (range)",
+            "DDP's wait, ms (buckets)", "Horovod's wait, ms (fused buffers, cycles)"]
+    rows = [[r["model"], r["gpus"],
+             f"{r['rate_gbit']:g} Gbit/s" if r["rate_gbit"] else "NVLink (one node)" if r["gpus"] > 1 else "—",
+             f"{r['native_per_gpu']:,.0f}", f"{r['horovod_per_gpu']:,.0f}",
+             f"{r['ratio']:.3f} ({r['range'][0]:.3f}–{r['range'][1]:.3f})",
+             f"{r['native_wait_ms']:.1f} ({r['buckets']})",
+             f"{r['horovod_wait_ms']:.1f} ({r['fused_buffers']}, {r['horovod_cycles']})"] for r in doc["rows"]]
     assumed = [f"- **{model}'s step on one GPU** (assumed): {s['images_per_s']:,.0f} img/s at batch {s['batch']} "
                f"on an {s['gpu']}, {s['precision']}: {s['source']}." for model, s in steps.items()]
     return "\n".join([
@@ -172,7 +171,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "shaped as this machine's CPU runs measured it, scaled to a published GPU step, at 8 GPUs a node over "
         "NVLink and 100-400 Gbit/s between nodes. Nothing here was measured on a GPU: every input below that says "
         "assumed is one. The range spans the links at ±25 % and the GPU step at ±20 %.", "",
-        f"**Checked first** on the waits this machine measures: {doc['validation']}", "", *lines, "",
+        f"**Checked first** on the waits this machine measures: {doc['validation']}", "", text.md_table(head, rows), "",
         "**Inputs**", "",
         f"- **The backward's shape** (measured, on CPU): each gradient's readiness as a share of backward and the "
         "step's forward : backward : optimizer, from the native runs of "

@@ -37,7 +37,6 @@ from analysis import terminal, text, tuning
 from contract.comparison import CompareConfig
 from contract.config import ConfigError, TrainConfig
 from contract.errors import RunFailed
-from launchers import arms
 from ray_jobs import compare, grid, orchestrator
 from runtime import cli, preflight
 
@@ -140,7 +139,7 @@ def on_cpus(argv: list[str]) -> list[str]:
 
 def estimate_s(settings: list[dict[str, Any]], cmp: CompareConfig, gpus: int) -> float:
     """The check's seconds by ESTIMATE_S: the build, then each setting's runs (orchestrator.runs lists them)."""
-    compared = planned_arms(cmp)
+    compared = orchestrator.planned_arms(cmp)
     total = ESTIMATE_S["build"] + (ESTIMATE_S["ray_start"] if "ray" in cmp.launcher_names else 0.0)
     for n in cmp.worker_counts:
         planned, _ = orchestrator.runs([n], compared, cmp.repeats)
@@ -148,16 +147,9 @@ def estimate_s(settings: list[dict[str, Any]], cmp: CompareConfig, gpus: int) ->
     return total
 
 
-def planned_arms(cmp: CompareConfig) -> list[arms.Arm]:
-    """The arms a comparison of `cmp` runs, its A/A twins and ceilings included (orchestrator.Plan.arms's rule)."""
-    backends, launchers = list(cmp.backend_names), list(cmp.launcher_names)
-    return arms.for_backends(backends, launchers, cmp.aa) + ([] if cmp.no_ceiling else
-                                                               arms.ceilings(backends, launchers))
-
-
 def plan_text(settings: list[dict[str, Any]], cmp: CompareConfig, gpus: int, seconds: float) -> str:
     """The plan in one line: settings, runs, and the estimate beside the budget."""
-    compared = planned_arms(cmp)
+    compared = orchestrator.planned_arms(cmp)
     runs = sum(len(orchestrator.runs([n], compared, cmp.repeats)[0]) for n in cmp.worker_counts) * len(settings)
     return (f"{len(settings)} setting(s) × {', '.join(map(str, cmp.worker_counts))} worker(s) on {gpus} GPU(s), "
             f"{cmp.repeats} round(s) of {', '.join(arm.label for arm in compared)}: {runs} runs; about "

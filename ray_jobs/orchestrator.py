@@ -67,11 +67,15 @@ class Plan:
 
     @property
     def arms(self) -> list[Arm]:
-        """The compared arms (A/A twins with --aa), then the ceilings unless --no-ceiling, or each backend at its own
-        best (per_backend): no one ceiling would train as both do."""
-        backends, launchers = list(self.cmp.backend_names), list(self.cmp.launcher_names)
-        return (arms.for_backends(backends, launchers, self.cmp.aa)
-                + ([] if self.cmp.no_ceiling or self.per_backend else arms.ceilings(backends, launchers)))
+        return planned_arms(self.cmp, bool(self.per_backend))
+
+
+def planned_arms(cmp: CompareConfig, per_backend: bool = False) -> list[Arm]:
+    """The arms a comparison of `cmp` runs: the compared arms (A/A twins with --aa), then the ceilings unless
+    --no-ceiling, or each backend at its own best (`per_backend`): no one ceiling would train as both do."""
+    backends, launchers = list(cmp.backend_names), list(cmp.launcher_names)
+    return (arms.for_backends(backends, launchers, cmp.aa)
+            + ([] if cmp.no_ceiling or per_backend else arms.ceilings(backends, launchers)))
 
 
 def compare(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool = True, run_id: str = "",

@@ -5,8 +5,8 @@ as pasted (tests/test_newcomer.py); the others train for minutes, and each entry
 (tests/test_compare.py's comparison runs every launcher)."""
 
 import importlib
-import json
 import importlib.util
+import json
 import re
 import shutil
 import shlex
@@ -190,9 +190,8 @@ def test_the_readme_s_rows_by_hardware_are_the_committed_results():
     steady = [float(c[3].split()[0]) for c in cells]
     assert {c[7] for c in cells} == {"PASS"} and {c[8].rstrip(" |") for c in cells} == {"6"}, cells
     assert all(float(c[3].split("(")[1].split("–")[0]) > 1 for c in cells), "a model is not decided for native"
-    assert f"{len(cells)} models, small synthetic images, 6 interleaved rounds each | {_span(steady, 2)}: native faster on every " \
-        "model" \
-        in row["2 CPU ranks, one 2-core VM"]
+    assert (f"{len(cells)} models, small synthetic images, 6 interleaved rounds each | {_span(steady, 2)}: native "
+            "faster on every model" in row["2 CPU ranks, one 2-core VM"]), row
     efficiency = [[float(side.split()[0]) for side in c[6].split(" / ")] for c in cells]
     assert (f"native keeps {_span([e[0] for e in efficiency], 2)} of it and Horovod "
             f"{_span([e[1] for e in efficiency], 2)}") in " ".join(readme.split()), efficiency

@@ -1,13 +1,14 @@
 """make gpu-check (ray_jobs/gpu_check.py) without a GPU: its plan, and its arms, grid, report and table with CPU runs
 in place of GPU ones (its refusals: tests/test_bad_input.py)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from analysis import report, terminal
-from ray_jobs import compare, gpu_check
+from ray_jobs import compare, gpu_check, orchestrator
 from tests.helpers import data_flags
 
 
@@ -81,9 +82,8 @@ def test_with_cpus_in_place_of_gpus_it_writes_a_grid_that_renders_and_prints_one
 def test_the_estimate_prices_every_arm_a_comparison_runs():
     cmp, _, settings = compare.configs(compare.parser().parse_args(gpu_check.arguments(
         1, ["--launchers", "mp.spawn,horovodrun", "--aa", "--models", "convnet", "--amp", "none"])))
-    cmp = type(cmp)(**{**{f: getattr(cmp, f) for f in cmp.__dataclass_fields__ if cmp.__dataclass_fields__[f].init},
-                       "no_ceiling": False})
-    labels = [arm.label for arm in gpu_check.planned_arms(cmp)]
+    cmp = dataclasses.replace(cmp, no_ceiling=False)
+    labels = [arm.label for arm in orchestrator.planned_arms(cmp)]
     assert labels == ["native/mp.spawn", "horovod/horovodrun", "native/mp.spawn-aa", "horovod/horovodrun-aa",
                       "ceiling/mp.spawn", "ceiling/horovodrun"]
     assert gpu_check.estimate_s(settings, cmp, 1) == pytest.approx(

@@ -4,9 +4,9 @@ wait after it, and for DDP when each bucket's allreduce was handed to the proces
 are seconds from the step's first forward. results.json's `schedule`; experiments/schedule_replay.py replays it.
 
 On a GPU readiness is a CUDA event recorded on the stream that computed the gradient, read after the step; DDP's
-launches are then the host's hand-off and its ends are not recorded (NCCL's work completes on its stream). Horovod
-fuses and launches in its C++ background thread, which Python does not see: its record is the readiness and the wait
-(its timeline, --trace, shows the fused buffers)."""
+launches are events recorded at the host's hand-off, and its ends are not recorded (NCCL's work completes on its
+stream). Horovod fuses and launches in its C++ background thread, which Python does not see: its record is the
+readiness and the wait (its timeline, --trace, shows the fused buffers)."""
 
 import functools
 import statistics
@@ -40,11 +40,9 @@ class ScheduleRecorder:
             return event
         return time.perf_counter()
 
-    def _since(self, stamp: Any) -> float:
-        """Seconds from the step's start: a CUDA event's, or a host time's (DDP's launches on a GPU are events)."""
-        if self.gpu and not isinstance(stamp, float):
-            return self.start.elapsed_time(stamp) / 1000
-        return stamp - self.start
+    def _since(self, start: Any, stamp: Any) -> float:
+        """Seconds from `start` to `stamp`, two of _stamp's: CUDA events on a GPU, host times elsewhere."""
+        return start.elapsed_time(stamp) / 1000 if self.gpu else stamp - start
 
     def _ready(self, i: int, param: torch.Tensor) -> None:
         if self.wanted:
@@ -61,7 +59,7 @@ class ScheduleRecorder:
         if not self.wanted:
             return None
         entry = [sorted(self.index[id(p)] for p in bucket.parameters()), bucket.buffer().numel() *
-                 bucket.buffer().element_size(), time.perf_counter() if not self.gpu else self._stamp(), None]
+                 bucket.buffer().element_size(), self._stamp(), None]
         self.buckets.append(entry)
         return entry
 
@@ -83,16 +81,16 @@ class ScheduleRecorder:
 
     def _seconds(self, raw: dict[str, Any]) -> dict[str, Any]:
         """One recorded step in seconds from its start."""
-        self.start = raw["start"]
+        start = raw["start"]
         if self.gpu:
             raw["now"].synchronize()
-            backward = self._since(raw["now"]) - (raw["host_now"] - raw["backward_end"])
+            backward = self._since(start, raw["now"]) - (raw["host_now"] - raw["backward_end"])
         else:
-            backward = raw["backward_end"] - self.start
-        return {"ready_s": sorted(((i, self._since(s)) for i, s in raw["ready"].items()), key=lambda r: r[1]),
+            backward = raw["backward_end"] - start
+        return {"ready_s": sorted(((i, self._since(start, s)) for i, s in raw["ready"].items()), key=lambda r: r[1]),
                 "backward_end_s": backward, "wait_s": raw["wait_s"],
-                "allreduces": [{"indices": indices, "bytes": size, "launched_s": self._since(launched),
-                                "finished_s": None if done is None else done - self.start}
+                "allreduces": [{"indices": indices, "bytes": size, "launched_s": self._since(start, launched),
+                                "finished_s": None if done is None else done - start}
                                for indices, size, launched, done in raw["buckets"]]}
 
     def record(self) -> dict[str, Any] | None:
