@@ -297,8 +297,8 @@ STOPPED = ["torchrun", "ray-native", "mp.spawn"]
 def stopped_runs(trial_cfg, tmp_path_factory, ray_cluster) -> dict[str, tuple[int, str, Path]]:
     """Each launcher of STOPPED with its rank 1 stopped, all at once: each spends its stall bound (30 s) with the
     cores idle; mp.spawn's command must end its stopped rank itself, within seconds of rank 0's line. The bound also
-    covers each rank's start, from its group to its first step, which three launches at once beside a busy core took
-    past 10 s. {launcher: (exit code, output, folder)}"""
+    covers each rank's start, from its group to its first step, which three launches at once beside a busy core can
+    take past 10 s. {launcher: (exit code, output, folder)}"""
     cfg = replace(trial_cfg, stall_timeout_s=30)
     folders = {name: tmp_path_factory.mktemp(name) for name in STOPPED}
     with ThreadPoolExecutor(len(STOPPED)) as pool:
