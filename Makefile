@@ -44,7 +44,8 @@ stress: $(STAMP)
 # schedule replay checked against the committed runs, and its GPU clusters' prediction.
 SNAPSHOTS := $(foreach s,models vit_b_16,\
 	docs/results/$(s) docs/results/$(s)-epyc-2026-11-27 docs/results/$(s)-xeon-2026-11-25)
-SCHEDULES := docs/results/schedule-models docs/results/schedule-options docs/results/schedule-sim-2-nodes \
+SCHEDULES := docs/results/schedule-models docs/results/schedule-fused docs/results/schedule-options \
+	docs/results/schedule-sim-2-nodes \
 	docs/results/schedule-sim-3-nodes
 docs: $(STAMP)
 	$(BIN)/python -m experiments.schedule_check $(SCHEDULES) --output docs/results/schedule-check.md

@@ -13,6 +13,7 @@ from contract.phases import STEP_PHASES
 OPTION_NAMES = {"compression": "--compression", "grad_accumulation": "--grad-accumulation", "amp": "--amp",
                 "bucket_mb": "--bucket-mb", "gradient_as_bucket_view": "--gradient-as-bucket-view",
                 "static_graph": "--static-graph", "cycle_time_ms": "--cycle-time-ms", "autotune": "--autotune",
+                "fused_buffers": "--fused-buffers",
                 "trace": "--trace"}
 ROUNDING_NOTE = (
     "With `--compression`, DDP and Horovod round the gradients in a different order (DDP: cast, divide by the "
@@ -47,6 +48,12 @@ TRACES_NOTE = (
     "every rank; `horovod-timeline.json`: Horovod's own timeline of the same steps, written by rank 0; "
     "`horovod-autotune.csv`: Horovod's autotuner, one sample a line. Open a trace in chrome://tracing or "
     "https://ui.perfetto.dev; the profiler slows the traced steps, which the median step barely notices.")
+TIMELINE_NOTE = (
+    "Horovod ran with its timeline on (`--trace` or `--fused-buffers`): Horovod 0.28.1 can start it only where "
+    "HOROVOD_TIMELINE was set at hvd.init, and from then on its rank 0 runs a writer thread that polls for events, "
+    "which slows every step, not only those written. On a 2-core VM it cost Horovod 12-17 % of its steady samples/s "
+    "(resnet18, 6 paired runs each: `--trace` 0.88×, 95 % CI 0.82–0.94; `--fused-buffers` 0.83×, 0.74–0.93): "
+    "**this speed verdict is not like for like** (docs/options.md).")
 
 
 def render(run_dir: str | Path) -> str:
@@ -359,6 +366,8 @@ def options_table(comparison: dict[str, Any]) -> str | None:
     arms = sorted(by_arm, key=runs.arm_order)
     lines = [f"| option | {' | '.join(arms)} |", "|" + "---|" * (len(arms) + 1)]
     for name, flag in OPTION_NAMES.items():
+        if not any(name in by_arm[arm] for arm in arms):
+            continue  # an option younger than these runs
         cells = [_option(by_arm[arm].get(name, "—")) for arm in arms]
         lines.append(f"| `{flag}` | {' | '.join(cells)} |")
     return "\n".join(lines)
@@ -535,6 +544,9 @@ def workers_section(comparison: dict[str, Any], workers: int) -> list[str]:
     out = ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), ""]
     if workers == 1:
         out += [ONE_RANK_NOTE, ""]
+    config = comparison["settings"]["config"]
+    if config.get("trace") or config.get("fused_buffers"):
+        out += [TIMELINE_NOTE, ""]
     for line in (cost_line(comparison, workers), noise_line(comparison, workers),
                  cause.efficiency_line(comparison, workers), cause.ceilings_line(comparison, workers),
                  cause.paragraph(comparison, workers)):

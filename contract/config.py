@@ -36,7 +36,8 @@ UPPER_BOUNDS = {"epochs": 10_000, "batch_size": 65_536, "workers": 4096, "grad_a
 bound of a day); beyond them a run would fail late (Horovod aborts allocating a 1e9 MiB fusion buffer) or hang."""
 
 
-AVERAGING_ONLY = ("compression", "bucket_mb", "gradient_as_bucket_view", "static_graph", "cycle_time_ms", "autotune")
+AVERAGING_ONLY = ("compression", "bucket_mb", "gradient_as_bucket_view", "static_graph", "cycle_time_ms", "autotune",
+                  "fused_buffers")
 """Options that only shape how gradients are averaged: --no-averaging has none to shape."""
 
 
@@ -131,6 +132,10 @@ class TrainConfig:
     autotune: bool = False
     """Horovod only: Horovod's Bayesian autotuner of fusion threshold and cycle time; its log lands beside the
     results."""
+
+    fused_buffers: bool = False
+    """Horovod only: record its fused buffers (which gradients each allreduce carried, when it ran) in the schedule
+    of results.json, from Horovod's timeline, which slows every step (docs/options.md)."""
 
     no_averaging: bool = False
     """Each rank trains its own shard alone, with no gradient averaging (neither DDP nor hvd.DistributedOptimizer):

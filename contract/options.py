@@ -11,7 +11,7 @@ from typing import Any
 from contract.config import AVERAGING_ONLY, BACKENDS, ConfigError, TrainConfig
 
 DDP_ONLY = ("gradient_as_bucket_view", "static_graph")
-HOROVOD_ONLY = ("cycle_time_ms", "autotune")
+HOROVOD_ONLY = ("cycle_time_ms", "autotune", "fused_buffers")
 MATHS = ("compression", "grad_accumulation", "amp")
 """Options that change the numbers: the single-process references take them too, and only them."""
 SHOWN = ("compression", "grad_accumulation", "amp", "bucket_mb", *DDP_ONLY, *HOROVOD_ONLY, "trace")
@@ -114,6 +114,7 @@ def effective(cfg: TrainConfig, backend: str) -> dict[str, Any]:
         out["cycle_time_ms"] = (f"{cfg.cycle_time_ms:g} ms (HOROVOD_CYCLE_TIME)" if cfg.cycle_time_ms else
                                 f"{HOROVOD_DEFAULT_CYCLE_MS:g} ms (Horovod's default)")
         out["autotune"] = f"on (log: {AUTOTUNE_LOG})" if cfg.autotune else "off"
+        out["fused_buffers"] = "on (Horovod's timeline; it slows every step)" if cfg.fused_buffers else "off"
     out["amp"] = "none" if cfg.amp == "none" else f"{cfg.amp} (torch.autocast over forward and loss)"
     if framework != "reference":
         out["trace"] = cfg.trace
@@ -136,8 +137,8 @@ def horovod_env(cfg: TrainConfig, output_dir: str) -> dict[str, str]:
     if cfg.autotune:
         env["HOROVOD_AUTOTUNE"] = "1"
         env["HOROVOD_AUTOTUNE_LOG"] = f"{output_dir}/{AUTOTUNE_LOG}"
-    if cfg.trace:
-        env["HOROVOD_TIMELINE"] = "DYNAMIC"  # hvd.start_timeline()/stop_timeline() then record only the traced steps
+    if cfg.trace or cfg.fused_buffers:
+        env["HOROVOD_TIMELINE"] = "DYNAMIC"  # hvd.start_timeline()/stop_timeline() then record only the steps wanted
     return env
 
 

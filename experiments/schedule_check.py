@@ -20,7 +20,7 @@ from contract import results
 from contract.config import ConfigError
 from contract.options import fusion_bytes
 from experiments import schedule_replay
-from experiments.schedule_replay import MIB, Gradient, Link
+from experiments.schedule_replay import MIB, Gradient, Link, Schedule
 from runtime import cli
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,9 @@ class Point:
     interval_ms: tuple[float, float] | None
     replayed_ms: float
     contended_ms: float | None
-    old_ms: float
+    old_ms: float | None
     runs: int
+    unit: str = "ms"
 
     @property
     def passed(self) -> bool:
@@ -55,7 +56,7 @@ class Point:
 
     @property
     def old_passed(self) -> bool:
-        return within(self.old_ms, self.measured_ms, self.interval_ms)
+        return self.old_ms is not None and within(self.old_ms, self.measured_ms, self.interval_ms)
 
 
 def within(predicted: float, measured: float, interval: tuple[float, float] | None) -> bool:
@@ -65,9 +66,9 @@ def within(predicted: float, measured: float, interval: tuple[float, float] | No
     return interval is not None and interval[0] <= predicted <= interval[1]
 
 
-def gradients(schedule: dict[str, Any], wire: float) -> list[Gradient]:
-    """The recorded backward: each gradient's median readiness and its bytes on the wire."""
-    return [Gradient(at, int(schedule["gradient_bytes"][int(i)] * wire), int(i))
+def gradients(schedule: dict[str, Any]) -> list[Gradient]:
+    """The recorded backward: each gradient's median readiness and its bytes."""
+    return [Gradient(at, schedule["gradient_bytes"][int(i)], int(i))
             for i, at in schedule["ready_s"].items()]
 
 
@@ -76,9 +77,9 @@ GLOO_IN_FLIGHT = 2
 
 
 def in_step_link(doc: dict[str, Any], ranks: int) -> Link | None:
-    """The link DDP's buckets got inside the step, beside backward: a per-message latency and a bandwidth fitted by
-    least squares to each recorded bucket's launch-to-finish time against its bytes (2(p-1) messages, 2(p-1)/p of the
-    bytes); None where fewer than two bucket sizes were recorded."""
+    """The link a run's recorded allreduces (DDP's buckets, Horovod's fused buffers) got inside the step, beside
+    backward: a per-message latency and a bandwidth fitted by least squares to each one's launch-to-finish time
+    against its bytes (2(p-1) messages, 2(p-1)/p of the bytes); None where fewer than two sizes were recorded."""
     found = [(2 * (ranks - 1) / ranks * a["bytes"], a["finished_s"] - a["launched_s"])
              for step in doc["schedule"]["steps"] for a in step["allreduces"]
              if a.get("finished_s") is not None and a["finished_s"] > a["launched_s"]]
@@ -93,19 +94,37 @@ def in_step_link(doc: dict[str, Any], ranks: int) -> Link | None:
 
 
 def replay(run: dict[str, Any], doc: dict[str, Any], config: dict[str, Any], contended: Link | None
-           ) -> tuple[float, float, float | None, float] | None:
-    """A run's (measured wait, replayed wait under a link fitted to its averaging alone, replayed wait under the
+           ) -> tuple[float, Schedule, Schedule | None, float] | None:
+    """A run's (measured wait, its schedule replayed under a link fitted to its averaging alone, replayed under the
     `contended` link, the old model's wait), seconds; None where it recorded no schedule or no averaging alone."""
     schedule, overlap = doc.get("schedule"), run.get("overlap") or {}
     if not schedule or not overlap.get("comm_alone_s"):
         return None
-    grads = gradients(schedule, WIRE[config.get("compression", "none")])
+    grads, wire = gradients(schedule), WIRE[config.get("compression", "none")]
     ranks, alone = run["workers"], overlap["comm_alone_s"]
     # The link whose averaging alone, replayed, is the measured one (no per-message latency).
-    fitted = 2 * (ranks - 1) / ranks * sum(g.bytes for g in grads) / alone
-    waits = [_replayed(run["backend"], grads, computed(run, schedule), link, config, doc) if link else None
+    fitted = 2 * (ranks - 1) / ranks * wire * sum(g.bytes for g in grads) / alone
+    found = [_replayed(run["backend"], grads, wire, computed(run, schedule), link, config, doc) if link else None
              for link in (Link(0.0, fitted, ranks), contended)]
-    return schedule["wait_s"], waits[0], waits[1], alone
+    return schedule["wait_s"], found[0], found[1], alone
+
+
+def recorded(schedule: dict[str, Any]) -> tuple[float, float | None] | None:
+    """What a run's recorded allreduces say over its kept steps: how many a step, and for Horovod how long a fused
+    buffer waited from its last gradient's readiness to its launch (mean, seconds); None where none was recorded."""
+    steps = [s for s in schedule.get("steps", []) if s["allreduces"]]
+    if not steps:
+        return None
+    count = statistics.fmean(len(s["allreduces"]) for s in steps)
+    if schedule.get("allreduces_from") != "Horovod's timeline":
+        return count, None
+    return count, statistics.fmean(a["launched_s"] - max(dict(s["ready_s"])[i] for i in a["indices"])
+                                   for s in steps for a in s["allreduces"])
+
+
+def replayed_lag(schedule: Schedule) -> float:
+    """The replay's mean time from a fused buffer's last gradient's readiness to its allreduce's start."""
+    return statistics.fmean(a.start_s - a.ready_s for a in schedule.allreduces)
 
 
 def computed(run: dict[str, Any], schedule: dict[str, Any]) -> float:
@@ -117,21 +136,26 @@ def computed(run: dict[str, Any], schedule: dict[str, Any]) -> float:
     return schedule["backward_end_s"]
 
 
-def _replayed(backend: str, grads: list[Gradient], end: float, link: Link, config: dict[str, Any],
-              doc: dict[str, Any]) -> float:
+def _replayed(backend: str, grads: list[Gradient], wire: float, end: float, link: Link, config: dict[str, Any],
+              doc: dict[str, Any]) -> Schedule:
+    """DDP cuts its buckets by the gradients' bytes and sends `wire` of them; Horovod's hooks compress each gradient
+    before it is enqueued, so it fuses what is on the wire."""
     if backend == "native":
         cap = int(config["bucket_mb"] * MIB) if config.get("bucket_mb") else schedule_replay.DDP_BUCKET_BYTES
         in_flight = 1 if doc["config"].get("use_gpu") else GLOO_IN_FLIGHT
-        return schedule_replay.ddp(grads, end, link, cap_bytes=cap, in_flight=in_flight).wait_s
+        return schedule_replay.ddp(grads, end, link, cap_bytes=cap, in_flight=in_flight, wire=wire)
+    grads = [Gradient(g.ready_s, int(g.bytes * wire), g.index) for g in grads]
     rules = {"cycle_s": (config.get("cycle_time_ms") or 1.0) / 1000,
              "fusion_bytes": fusion_bytes(config["bucket_mb"]) if config.get("bucket_mb") else
              schedule_replay.HOROVOD_FUSION_BYTES}
-    return schedule_replay.horovod_over_phases(grads, end, link, **rules).wait_s
+    return schedule_replay.horovod_over_phases(grads, end, link, **rules)
 
 
 def points(folder: Path) -> list[Point]:
-    """Every checked figure of one comparison folder: per compared arm its wait, and native − Horovod's step. The
-    contended link of a round is the one its DDP run's buckets got, for both backends of that round."""
+    """Every checked figure of one comparison folder: per compared arm its wait, and native − Horovod's step; where a
+    run recorded its allreduces, how many a step, and Horovod's wait from readiness to launch. The contended link of
+    a run is the one its own allreduces got, or where it recorded none (Horovod without --fused-buffers) the one its
+    round's DDP run's buckets got."""
     comparison = runs.load(folder)
     config = comparison["settings"]["config"]
     network = comparison["settings"].get("network")
@@ -143,16 +167,32 @@ def points(folder: Path) -> list[Point]:
         finished = runs.finished(comparison, n)
         docs = {(arm, r["round"]): (r, results.read(folder / r["results"])) for arm in compared
                 for r in finished.get(arm, [])}
-        contended = {round_: in_step_link(doc, n) for (arm, round_), (_, doc) in docs.items()
-                     if arm == compared[0] and doc.get("schedule")}
+        links = {key: in_step_link(doc, n) for key, (_, doc) in docs.items() if doc.get("schedule")}
         waits: dict[str, dict[int, tuple[float, tuple]]] = {}
+        counts: dict[str, dict[int, list]] = {}
+        lags: dict[str, dict[int, list]] = {}
         for (arm, round_), (run, doc) in docs.items():
-            if found := replay(run, doc, config, contended.get(round_)):
-                waits.setdefault(arm, {})[round_] = (computed(run, doc["schedule"]), found)
+            contended = links.get((arm, round_)) or links.get((compared[0], round_))
+            if not (found := replay(run, doc, config, contended)):
+                continue
+            measured, alone, inside, old = found
+            waits.setdefault(arm, {})[round_] = (computed(run, doc["schedule"]),
+                                                 (measured, alone.wait_s, inside and inside.wait_s, old))
+            if seen := recorded(doc["schedule"]):
+                counts.setdefault(arm, {})[round_] = [seen[0], len(alone.allreduces),
+                                                      inside and len(inside.allreduces), None]
+                if seen[1] is not None:
+                    lags.setdefault(arm, {})[round_] = [seen[1], replayed_lag(alone), inside and replayed_lag(inside),
+                                                        None]
+        where = f"{setting}, {n} workers"
         for arm in compared:
             if found := waits.get(arm):
-                out.append(_point(f"{setting}, {n} workers", arm, "wait after backward",
+                out.append(_point(where, arm, "wait after backward",
                                   {r: [w[k] for k in range(4)] for r, (_, w) in found.items()}))
+            if found := counts.get(arm):
+                out.append(_point(where, arm, "allreduces a step", found, unit="count", scale=1))
+            if found := lags.get(arm):
+                out.append(_point(where, arm, "fused buffer's launch after its last gradient", found))
         if all(arm in waits for arm in compared):
             native, horovod = waits[compared[0]], waits[compared[1]]
             paired = {r: [None if native[r][1][k] is None or horovod[r][1][k] is None else
@@ -164,15 +204,16 @@ def points(folder: Path) -> list[Point]:
     return out
 
 
-def _point(setting: str, arm: str, what: str, values: dict[int, list[float | None]]) -> Point:
-    """From each round's (measured, replayed, replayed contended, old model) seconds: the means in ms, and the
-    measured figure's interval over the rounds."""
+def _point(setting: str, arm: str, what: str, values: dict[int, list[float | None]], unit: str = "ms",
+           scale: float = 1000) -> Point:
+    """From each round's (measured, replayed, replayed contended, old model) seconds (or counts, `scale` 1): the
+    means in `unit`, and the measured figure's interval over the rounds."""
     def mean(k: int) -> float | None:
-        found = [1000 * v[k] for v in values.values() if v[k] is not None]
+        found = [scale * v[k] for v in values.values() if v[k] is not None]
         return statistics.fmean(found) if found else None
 
-    _, interval = stats.mean_interval([1000 * v[0] for v in values.values()])
-    return Point(setting, arm, what, mean(0), interval, mean(1), mean(2), mean(3), len(values))
+    _, interval = stats.mean_interval([scale * v[0] for v in values.values()])
+    return Point(setting, arm, what, mean(0), interval, mean(1), mean(2), mean(3), len(values), unit)
 
 
 def _options(config: dict[str, Any]) -> list[str]:
@@ -183,6 +224,8 @@ def _options(config: dict[str, Any]) -> list[str]:
         said.append(f"--cycle-time-ms {config['cycle_time_ms']:g}")
     if config.get("compression", "none") != "none":
         said.append(f"--compression {config['compression']}")
+    said += [flag for flag, on in (("--trace", config.get("trace")), ("--fused-buffers", config.get("fused_buffers")))
+             if on]
     return said
 
 
@@ -201,8 +244,8 @@ def folders(given: list[str]) -> list[Path]:
 
 
 def markdown(found: list[Point], given: list[str]) -> str:
-    head = ("| setting | arm | figure | measured, ms (95 % CI) | runs | replayed, link of the averaging alone | "
-            "replayed, link DDP's buckets got in the step | old model (the averaging alone) |")
+    head = ("| setting | arm | figure | measured (95 % CI) | runs | replayed, link of the averaging alone | "
+            "replayed, link the run's allreduces got in the step | old model (the averaging alone) |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
 
     def cell(value: float | None, passed: bool) -> str:
@@ -210,16 +253,19 @@ def markdown(found: list[Point], given: list[str]) -> str:
 
     for p in found:
         interval = f" ({p.interval_ms[0]:.1f}–{p.interval_ms[1]:.1f})" if p.interval_ms else ""
-        lines.append(f"| {p.setting} | {p.arm} | {p.what} | {p.measured_ms:.1f}{interval} | {p.runs} | "
+        what = p.what if p.unit == "ms" else f"{p.what} ({p.unit})"
+        lines.append(f"| {p.setting} | {p.arm} | {what} | {p.measured_ms:.1f}{interval} | {p.runs} | "
                      f"{cell(p.replayed_ms, p.passed)} | {cell(p.contended_ms, p.contended_passed)} | "
                      f"{cell(p.old_ms, p.old_passed)} |")
     counts = [sum(getattr(p, name) for p in found) for name in ("passed", "contended_passed", "old_passed")]
     return "\n".join([
         f"Made by `python -m experiments.schedule_check {' '.join(given)}` from the runs' results.json alone.", "",
         f"**The replay matched {counts[0]} of {len(found)} measured figures** within 10 % or their 95 % interval "
-        f"under a link fitted to each run's averaging alone, and {counts[1]} of {len(found)} under the link DDP's "
-        f"buckets got inside the same round's step; the old model (the averaging alone, nothing hidden), "
-        f"{counts[2]} of {len(found)}. Figures in ms; within or outside the bar.", "", *lines, ""])
+        f"under a link fitted to each run's averaging alone, and {counts[1]} of {len(found)} under the link the run's "
+        f"own allreduces got inside its step (for Horovod without its fused buffers recorded, the link DDP's buckets "
+        f"got in the same round); the old model (the averaging alone, nothing hidden), {counts[2]} of {len(found)}, "
+        f"and it has no figure for the counts or the launches. Figures in ms unless they say otherwise; within or "
+        f"outside the bar.", "", *lines, ""])
 
 
 def parser() -> cli.Parser:

@@ -94,14 +94,15 @@ def ddp_buckets(gradients: Sequence[Gradient], cap_bytes: int = DDP_BUCKET_BYTES
 
 
 def ddp(gradients: Sequence[Gradient], backward_end_s: float, link: Link, cap_bytes: int = DDP_BUCKET_BYTES,
-        first_cap_bytes: int = DDP_FIRST_BUCKET_BYTES, in_flight: int = 1) -> Schedule:
+        first_cap_bytes: int = DDP_FIRST_BUCKET_BYTES, in_flight: int = 1, wire: float = 1.0) -> Schedule:
     """DDP's schedule: a bucket's allreduce is launched once its last gradient is ready, and buckets are launched in
     order (reducer.cpp's mark_bucket_ready launches from next_bucket_ on); at most `in_flight` run at once (NCCL: one
-    stream, 1; Gloo's process group: as many as its threads), each taking link.allreduce_s."""
+    stream, 1; Gloo's process group: as many as its threads), each taking link.allreduce_s. `wire`: the share of a
+    bucket's bytes its comm hook sends (fp16_compress_hook: 0.5); the buckets are cut by the gradients' own bytes."""
     out: list[Allreduce] = []
     launched = 0.0
     for bucket in ddp_buckets(gradients, cap_bytes, first_cap_bytes):
-        nbytes = sum(g.bytes for g in bucket)
+        nbytes = int(sum(g.bytes for g in bucket) * wire)
         ready = max(g.ready_s for g in bucket)
         launched = max(ready, launched)  # in bucket order: never before the bucket before it
         start = max(launched, out[-in_flight].end_s if len(out) >= in_flight else 0.0)

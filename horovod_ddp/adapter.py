@@ -21,6 +21,7 @@ import torch
 from contract import options
 from contract.config import ConfigError, TrainConfig
 from contract.results import History
+from horovod_ddp.fused_buffers import FusedBuffers, Timeline
 from workload import checkpoint, compression, data, tools
 from workload.distributed import DistContext, device_sync, timed_alone
 from workload.run import build_model, on_main, resume_state, train_and_report
@@ -131,13 +132,17 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
     history = History(**hvd.broadcast_object(dataclasses.asdict(history), root_rank=0))
     if history.last_epoch and ctx.is_main:
         log.info("resuming after epoch %d from %s", history.last_epoch, cfg.checkpoint_dir)
+    # Horovod: its timeline can be on only where HOROVOD_TIMELINE was set before hvd.init (contract/options.py)
+    timeline = Timeline(hvd.start_timeline, hvd.stop_timeline) if cfg.trace or cfg.fused_buffers else None
     tracer = Tracer(ctx.rank, cfg.warmup_steps, cfg.output_dir, ctx.device,
-                    timeline=(hvd.start_timeline, hvd.stop_timeline)) if cfg.trace else None
+                    timeline=(timeline.start, timeline.stop)) if cfg.trace else None
     sync = NoAveraging(optimizer) if cfg.no_averaging else HorovodGradientSync(optimizer, model, compressor, ctx)
+    fused = FusedBuffers(timeline, [n for n, p in model.named_parameters() if p.requires_grad]) if timeline else None
     trainer = Trainer(ctx=ctx, cfg=cfg, model=model, module=model, optimizer=optimizer, sync=sync, splits=splits,
                       loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], scaler=amp_scaler(cfg),
                       tools=tools.for_rank(ctx.rank, tracer, watchdog),
-                      schedule=ScheduleRecorder(model, ctx.device) if ctx.is_main and not cfg.no_averaging else None)
+                      schedule=ScheduleRecorder(model, ctx.device, fused) if ctx.is_main and not cfg.no_averaging
+                      else None)
     save = checkpoint.directory_saver(ctx.rank, cfg.checkpoint_dir, cfg, "horovod", launcher)
     # Horovod: GPU tensors go over NCCL where it was built with it, CPU tensors over Gloo.
     averaged_by = None if cfg.no_averaging else "NCCL" if ctx.device.type == "cuda" and hvd.nccl_built() else "Gloo"

@@ -265,6 +265,8 @@ TABLE = [
     case("ray_jobs.compare", ["--checkpoint-dir", "{ws}/ckpt"], "unrecognized arguments: --checkpoint-dir"),
     case("ray_jobs.compare", ["--backends", "native", "--autotune"], "--autotune is a Horovod option, not applicable "
                                                                      "to DDP; use --backends horovod"),
+    case("ray_jobs.compare", ["--backends", "native", "--fused-buffers"], "--fused-buffers is a Horovod option, not "
+                                                                          "applicable to DDP; use --backends horovod"),
     case("ray_jobs.compare", ["--compression", "none,int8"], "--compression takes values from none, fp16, bf16"),
     case("ray_jobs.compare", ["--bucket-mb", "1,big"], "--bucket-mb takes comma-separated sizes in MiB, got 'big'"),
     case("ray_jobs.compare", ["--bucket-mb", "1,1"], "--bucket-mb lists a value twice"),

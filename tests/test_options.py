@@ -8,9 +8,11 @@ from dataclasses import replace
 import pytest
 
 from analysis import report, runs, tuning
-from contract import options
+from contract import options, results
 from contract.comparison import CompareConfig
+from contract.options import fusion_bytes
 from ray_jobs import grid, orchestrator
+from workload.schedule import STEPS_KEPT
 
 pytestmark = pytest.mark.cluster
 
@@ -153,3 +155,18 @@ def test_a_traced_tuning_grid_writes_its_table_and_links_every_trace(base_cfg, t
                     events = json.loads(text)["traceEvents"]
                     assert any(e.get("name", "").startswith("aten::") for e in events)
         assert "## Traces and logs" in (grid_dir / folder / "report.md").read_text()
+    # Horovod's fused buffers, read from its timeline: every gradient in exactly one allreduce a step, launched once
+    # its gradients were ready, finished after its launch; at 0.01 MiB none fused past the threshold.
+    for folder, comparison in comparisons.items():
+        run = next(r for r in comparison["runs"] if r["backend"] == "horovod")
+        schedule = results.read(grid_dir / folder / run["results"])["schedule"]
+        assert schedule["allreduces_from"] == "Horovod's timeline" and len(schedule["steps"]) == STEPS_KEPT
+        count = len(schedule["gradient_bytes"])
+        for step in schedule["steps"]:
+            ready = dict(step["ready_s"])
+            assert sorted(i for a in step["allreduces"] for i in a["indices"]) == list(range(count)), folder
+            for fused in step["allreduces"]:
+                assert fused["launched_s"] >= max(ready[i] for i in fused["indices"]) - 1e-3
+                assert fused["finished_s"] >= fused["launched_s"]
+                if folder == "bucket-mb-0.01" and len(fused["indices"]) > 1:
+                    assert fused["bytes"] <= fusion_bytes(0.01)

@@ -96,3 +96,10 @@ def test_horovod_s_phase_is_spread_over_a_cycle_and_the_median_taken():
     op = int(0.1 * MIB) / 1e9
     assert found.wait_s == pytest.approx(0.5 * MS + op)  # the median of the four
     assert found.notes["mean_wait_s"] == pytest.approx((0.5 + 0.75 + 0 + 0.25) / 4 * MS + op)
+
+
+def test_a_compression_hook_halves_what_a_bucket_sends_not_how_the_buckets_are_cut():
+    grads = backward((1, 0.75), (2, 0.5), (3, 2))  # by their own bytes the first bucket closes at 1.25 MiB
+    found = ddp(grads, backward_end_s=3 * MS, link=LINK, wire=0.5)
+    assert [a.indices for a in found.allreduces] == [(2, 1), (0,)]  # by the wire's, 0.625 MiB would take all three
+    assert [a.bytes for a in found.allreduces] == [int(1.25 * MIB * 0.5), MIB]

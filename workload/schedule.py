@@ -5,13 +5,14 @@ are seconds from the step's first forward. results.json's `schedule`; experiment
 
 On a GPU readiness is a CUDA event recorded on the stream that computed the gradient, read after the step; DDP's
 launches are events recorded at the host's hand-off, and its ends are not recorded (NCCL's work completes on its
-stream). Horovod fuses and launches in its C++ background thread, which Python does not see: its record is the
-readiness and the wait (its timeline, --trace, shows the fused buffers)."""
+stream). Horovod fuses and launches in its C++ background thread, which Python does not see: its fused buffers come
+from its timeline (horovod_ddp/fused_buffers.py) where --trace turned it on, host times from the step's start on
+every device; without it its record is the readiness and the wait."""
 
 import functools
 import statistics
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -19,12 +20,27 @@ STEPS_KEPT = 8
 """Measured steps recorded whole, the last ones of the epoch; the rest is their medians."""
 
 
+class Launches(Protocol):
+    """Allreduces launched out of Python's sight, recorded by their framework (Horovod's fused buffers)."""
+
+    def prepare(self, wanted: bool) -> None:
+        """Before a step's timing: record it if `wanted`."""
+
+    def stop(self) -> None:
+        """The last recorded step is over."""
+
+    def buffers(self) -> list[dict[str, Any]]:
+        """Each allreduce's `indices` and its `launched_epoch_s` and `finished_epoch_s` (seconds since the epoch)."""
+
+
 class ScheduleRecorder:
-    def __init__(self, module: torch.nn.Module, device: torch.device) -> None:
+    def __init__(self, module: torch.nn.Module, device: torch.device, launches: Launches | None = None) -> None:
         params = [p for p in module.parameters() if p.requires_grad]
         self.index = {id(p): i for i, p in enumerate(params)}
         self.bytes = [p.numel() * p.element_size() for p in params]
         self.gpu = device.type == "cuda"
+        self.launches = launches
+        self.host_start = 0.0
         self.wanted = False
         self.start: Any = None
         self.ready: dict[int, Any] = {}
@@ -48,11 +64,16 @@ class ScheduleRecorder:
         if self.wanted:
             self.ready[i] = self._stamp()  # the last micro-batch's: the one whose gradient is averaged
 
+    def prepare(self, wanted: bool) -> None:
+        """A step is about to be timed; `wanted`: it is recorded."""
+        if self.launches:
+            self.launches.prepare(wanted)
+
     def begin(self, wanted: bool) -> None:
         """A step starts (its first forward); `wanted`: a measured step of the last epoch, recorded."""
         self.wanted, self.ready, self.buckets = wanted, {}, []
         if wanted:
-            self.start = self._stamp()
+            self.start, self.host_start = self._stamp(), time.perf_counter()
 
     def launched(self, bucket: Any) -> list[Any] | None:
         """DDP's comm hook hands `bucket` (a dist.GradBucket) to the process group: its record, for finished()."""
@@ -68,19 +89,22 @@ class ScheduleRecorder:
         if entry is not None and not self.gpu:
             entry[3] = time.perf_counter()
 
-    def end(self, backward_end: float, wait_s: float) -> None:
+    def end(self, backward_end: float, wait_s: float, last: bool = False) -> None:
         """The step's backward ended at `backward_end` (perf_counter, the device synchronised on a GPU) and it waited
-        `wait_s` for its averaged gradients. Called after the step's timing: its stamps are kept as they are, and made
-        seconds only in record(), after training."""
+        `wait_s` for its averaged gradients; `last`: the epoch's last step. Called after the step's timing: its stamps
+        are kept as they are, and made seconds only in record(), after training."""
         if not self.wanted:
             return
         self.wanted = False
         now = self._stamp() if self.gpu else None  # on a GPU: the host's backward_end, placed on the device's clock
         self.steps.append({"start": self.start, "ready": self.ready, "buckets": self.buckets, "wait_s": wait_s,
-                           "backward_end": backward_end, "now": now, "host_now": time.perf_counter()})
+                           "backward_end": backward_end, "now": now, "host_start": self.host_start,
+                           "host_now": time.perf_counter()})
+        if last and self.launches:
+            self.launches.stop()
 
-    def _seconds(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """One recorded step in seconds from its start."""
+    def _seconds(self, raw: dict[str, Any], launched: list[dict[str, Any]]) -> dict[str, Any]:
+        """One recorded step in seconds from its start; `launched`: the Launches' allreduces, host times."""
         start = raw["start"]
         if self.gpu:
             raw["now"].synchronize()
@@ -91,19 +115,33 @@ class ScheduleRecorder:
                 "backward_end_s": backward, "wait_s": raw["wait_s"],
                 "allreduces": [{"indices": indices, "bytes": size, "launched_s": self._since(start, launched),
                                 "finished_s": None if done is None else done - start}
-                               for indices, size, launched, done in raw["buckets"]]}
+                               for indices, size, launched, done in raw["buckets"]] + [
+                    {"indices": a["indices"], "bytes": sum(self.bytes[i] for i in a["indices"]),
+                     "launched_s": a["launched"] - raw["host_start"], "finished_s": a["finished"] - raw["host_start"]}
+                    for a in launched if raw["host_start"] <= a["launched"] <= raw["host_now"]]}
+
+    def _launched(self) -> list[dict[str, Any]]:
+        """The Launches' allreduces, their times on perf_counter's clock."""
+        if not self.launches:
+            return []
+        offset = time.time() - time.perf_counter()
+        return [{"indices": a["indices"], "launched": a["launched_epoch_s"] - offset,
+                 "finished": a["finished_epoch_s"] - offset} for a in self.launches.buffers()]
 
     def record(self) -> dict[str, Any] | None:
         """results.json's `schedule`: each gradient's bytes, its median readiness over the measured steps, the median
         backward end and wait, and the last STEPS_KEPT steps whole; None where no step was recorded."""
         if not self.steps:
             return None
-        every = [self._seconds(raw) for raw in self.steps]
+        launched = self._launched()
+        every = [self._seconds(raw, launched) for raw in self.steps]
         readiness: dict[int, list[float]] = {}
         for step in every:
             for i, at in step["ready_s"]:
                 readiness.setdefault(i, []).append(at)
         return {"clock": "cuda events" if self.gpu else "host", "steps_measured": len(every),
+                "allreduces_from": "Horovod's timeline" if self.launches else
+                "DDP's comm hook" if any(raw["buckets"] for raw in self.steps) else None,
                 "gradient_bytes": self.bytes,
                 "ready_s": {str(i): statistics.median(v) for i, v in sorted(readiness.items())},
                 "backward_end_s": statistics.median(s["backward_end_s"] for s in every),

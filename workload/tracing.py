@@ -3,7 +3,7 @@
 Every backend records the same steps with torch.profiler (`trace-rank<R>.json`); Horovod also writes its own
 timeline of those steps (`horovod-timeline.json`, rank 0 records every rank's collectives). Open either in
 chrome://tracing or https://ui.perfetto.dev. The profiler slows the traced steps; the speed metric is the median
-step, which a few slow steps barely move.
+step, which a few slow steps barely move. Horovod's timeline slows every step (docs/options.md).
 """
 
 from __future__ import annotations

@@ -215,13 +215,15 @@ class Trainer:
                 self.host_start, by_thread = (host_load.sample(), time.perf_counter()), threads.cpu_times()
             cpu = time.process_time()
             self.recording = epoch == self.cfg.epochs and step > self.warmup
+            if self.schedule:
+                self.schedule.prepare(self.recording)
             t0 = self._now()
             groups = self._micro_batches(next(batches))
             t1 = self._now()
             loss, sync_s = self.train_step(groups)
             t2 = self._now()
             if self.schedule:  # after the step's timing: what it keeps of the step costs no timed time
-                self.schedule.end(*self.last_sync)
+                self.schedule.end(*self.last_sync, last=step == steps)
             losses.append(loss)
             # The samples this step really processed: a short last batch counts for what it holds.
             times.append((t1 - t0, t2 - t1 - sync_s, sync_s, sum(len(y) for group in groups for _, y in group),
