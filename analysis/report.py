@@ -50,10 +50,10 @@ TRACES_NOTE = (
     "https://ui.perfetto.dev; the profiler slows the traced steps, which the median step barely notices.")
 TIMELINE_NOTE = (
     "Horovod ran with its timeline on (`--trace` or `--fused-buffers`): Horovod 0.28.1 can start it only where "
-    "HOROVOD_TIMELINE was set at hvd.init, and from then on its rank 0 runs a writer thread that polls for events, "
-    "which slows every step, not only those written. On a 2-core VM it cost Horovod 12-17 % of its steady samples/s "
-    "(resnet18, 6 paired runs each: `--trace` 0.88×, 95 % CI 0.82–0.94; `--fused-buffers` 0.83×, 0.74–0.93): "
-    "**this speed verdict is not like for like** (docs/options.md).")
+    "HOROVOD_TIMELINE was set at hvd.init, and from then on its rank 0 runs a writer thread that polls for events "
+    "(on a GPU its NCCL work is also synchronised with the host), which slows every step, not only those written: "
+    "12-17 % of Horovod's steady samples/s on a 2-core VM. **This speed verdict is not like for like** "
+    "(docs/options.md).")
 
 
 def render(run_dir: str | Path) -> str:
@@ -537,6 +537,13 @@ def chosen_options(comparison: dict[str, Any]) -> list[str]:
     return out
 
 
+def timeline_on(comparison: dict[str, Any]) -> bool:
+    """Whether a Horovod arm ran with its timeline on (--trace, --fused-buffers), which slows its every step."""
+    config = comparison["settings"]["config"]
+    return bool(config.get("trace") or config.get("fused_buffers")) and any(
+        r["backend"] == "horovod" for r in comparison["runs"])
+
+
 def workers_section(comparison: dict[str, Any], workers: int) -> list[str]:
     """One worker count: the verdicts (speed, end to end, CPU cost, resolution), the arms' table, Ray's cost, the
     phases, and parity."""
@@ -544,8 +551,7 @@ def workers_section(comparison: dict[str, Any], workers: int) -> list[str]:
     out = ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), ""]
     if workers == 1:
         out += [ONE_RANK_NOTE, ""]
-    config = comparison["settings"]["config"]
-    if config.get("trace") or config.get("fused_buffers"):
+    if timeline_on(comparison):
         out += [TIMELINE_NOTE, ""]
     for line in (cost_line(comparison, workers), noise_line(comparison, workers),
                  cause.efficiency_line(comparison, workers), cause.ceilings_line(comparison, workers),

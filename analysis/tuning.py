@@ -160,6 +160,7 @@ def markdown(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> st
            *([f"Not run: {', '.join(grid['budget_cut'])}. The settings before them had spent the check's "
               "--budget-min, so these would have ended past it.", ""] if grid.get("budget_cut") else []),
            *([report.ONE_RANK_NOTE, ""] if grid["workers"] == [1] else []),
+           *([report.TIMELINE_NOTE, ""] if any(report.timeline_on(c) for c in comparisons.values()) else []),
            f"Plot: `{plots.VERDICTS}`, native ÷ Horovod per setting with its interval.",
            "", "Reports: " + ", ".join(
                f"[{s['folder']}]({s['folder']}/report.md)" for s in grid["settings"]), ""]

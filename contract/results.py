@@ -25,6 +25,8 @@ EPOCH_KEYS = ("epoch", "train_loss", "test_loss", "test_accuracy", "samples_per_
               "epoch_time_s", "step_time_p50_s", "step_time_p95_s", "comm_share")
 FINAL_KEYS = ("test_accuracy", "test_loss", "wall_time_s")
 FILENAME = "results.json"
+HOROVOD_TIMELINE = "Horovod's timeline"
+"""A schedule's `allreduces_from` where Horovod's fused buffers were recorded (workload/schedule.py)."""
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 from analysis import runs, speed, stats
 from contract import results
+from contract.results import HOROVOD_TIMELINE
 from contract.config import ConfigError
 from contract.options import fusion_bytes
 from experiments import schedule_replay
@@ -26,8 +27,9 @@ from runtime import cli
 log = logging.getLogger(__name__)
 BAR = 0.10
 """A prediction within 10 % of the measured figure passes (or inside its interval, where that is wider)."""
-WIRE = {"none": 1.0, "fp16": 0.5, "bf16": 0.5}
-"""The share of a float32 gradient's bytes each --compression puts on the wire."""
+WIRE = {"native": {"none": 1.0, "fp16": 0.5, "bf16": 0.5}, "horovod": {"none": 1.0, "fp16": 0.5, "bf16": 1.0}}
+"""The share of a float32 gradient's bytes each --compression puts on the wire (Horovod's bf16 sends float32:
+docs/options.md)."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,10 @@ GLOO_IN_FLIGHT = 2
 def in_step_link(doc: dict[str, Any], ranks: int) -> Link | None:
     """The link a run's recorded allreduces (DDP's buckets, Horovod's fused buffers) got inside the step, beside
     backward: a per-message latency and a bandwidth fitted by least squares to each one's launch-to-finish time
-    against its bytes (2(p-1) messages, 2(p-1)/p of the bytes); None where fewer than two sizes were recorded."""
-    found = [(2 * (ranks - 1) / ranks * a["bytes"], a["finished_s"] - a["launched_s"])
+    against its bytes on the wire (2(p-1) messages, 2(p-1)/p of the bytes); None where fewer than two sizes were
+    recorded."""
+    wire = WIRE[doc["backend"]][doc["config"].get("compression", "none")]
+    found = [(2 * (ranks - 1) / ranks * wire * a["bytes"], a["finished_s"] - a["launched_s"])
              for step in doc["schedule"]["steps"] for a in step["allreduces"]
              if a.get("finished_s") is not None and a["finished_s"] > a["launched_s"]]
     if len({x for x, _ in found}) < 2:
@@ -100,7 +104,7 @@ def replay(run: dict[str, Any], doc: dict[str, Any], config: dict[str, Any], con
     schedule, overlap = doc.get("schedule"), run.get("overlap") or {}
     if not schedule or not overlap.get("comm_alone_s"):
         return None
-    grads, wire = gradients(schedule), WIRE[config.get("compression", "none")]
+    grads, wire = gradients(schedule), WIRE[run["backend"]][config.get("compression", "none")]
     ranks, alone = run["workers"], overlap["comm_alone_s"]
     # The link whose averaging alone, replayed, is the measured one (no per-message latency).
     fitted = 2 * (ranks - 1) / ranks * wire * sum(g.bytes for g in grads) / alone
@@ -116,7 +120,7 @@ def recorded(schedule: dict[str, Any]) -> tuple[float, float | None] | None:
     if not steps:
         return None
     count = statistics.fmean(len(s["allreduces"]) for s in steps)
-    if schedule.get("allreduces_from") != "Horovod's timeline":
+    if schedule.get("allreduces_from") != HOROVOD_TIMELINE:
         return count, None
     return count, statistics.fmean(a["launched_s"] - max(dict(s["ready_s"])[i] for i in a["indices"])
                                    for s in steps for a in s["allreduces"])
@@ -243,7 +247,49 @@ def folders(given: list[str]) -> list[Path]:
     return out
 
 
-def markdown(found: list[Point], given: list[str]) -> str:
+def launches_apart(folder: Path) -> list[str]:
+    """Horovod's recorded fused buffers of one comparison, pooled over its runs' kept steps, as a table row per worker
+    count: those launched while backward ran and those after its end, each with its mean launch after its last
+    gradient; and for all, when every rank had asked for it and the launch after that (means, ms)."""
+    comparison = runs.load(folder)
+    config = comparison["settings"]["config"]
+    rows = []
+    for n in comparison["settings"]["workers"]:
+        during, after, asked, queued = [], [], [], []
+        for arm, found in runs.finished(comparison, n).items():
+            for run in found:
+                schedule = results.read(folder / run["results"]).get("schedule") or {}
+                if run["backend"] != "horovod" or schedule.get("allreduces_from") != HOROVOD_TIMELINE:
+                    continue
+                for step in schedule["steps"]:
+                    ready = dict(step["ready_s"])
+                    for a in step["allreduces"]:
+                        last = max(ready[i] for i in a["indices"])
+                        (during if a["launched_s"] < step["backward_end_s"] else after).append(a["launched_s"] - last)
+                        asked.append(a["negotiated_s"] - last)
+                        queued.append(a["launched_s"] - a["negotiated_s"])
+        if during or after:
+            def mean(values: list[float]) -> str:
+                return f"{1000 * statistics.fmean(values):.1f}" if values else "—"
+
+            rows.append(f"| {', '.join([config['model'], *_options(config)])}, {n} workers | {len(during)} | "
+                        f"{mean(during)} | {len(after)} | {mean(after)} | {mean(asked)} | {mean(queued)} |")
+    return rows
+
+
+def check(given: list[str]) -> str:
+    """The check of every comparison in `given`, as Markdown."""
+    found, apart = [], []
+    for folder in folders(given):
+        found += points(folder)
+        apart += launches_apart(folder)
+    if not found:
+        raise ConfigError(f"no run of {', '.join(given)} recorded its schedule and its averaging alone; compare them "
+                          "again with this version")
+    return markdown(found, given, apart)
+
+
+def markdown(found: list[Point], given: list[str], apart: list[str]) -> str:
     head = ("| setting | arm | figure | measured (95 % CI) | runs | replayed, link of the averaging alone | "
             "replayed, link the run's allreduces got in the step | old model (the averaging alone) |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
@@ -257,15 +303,29 @@ def markdown(found: list[Point], given: list[str]) -> str:
         lines.append(f"| {p.setting} | {p.arm} | {what} | {p.measured_ms:.1f}{interval} | {p.runs} | "
                      f"{cell(p.replayed_ms, p.passed)} | {cell(p.contended_ms, p.contended_passed)} | "
                      f"{cell(p.old_ms, p.old_passed)} |")
-    counts = [sum(getattr(p, name) for p in found) for name in ("passed", "contended_passed", "old_passed")]
-    return "\n".join([
-        f"Made by `python -m experiments.schedule_check {' '.join(given)}` from the runs' results.json alone.", "",
-        f"**The replay matched {counts[0]} of {len(found)} measured figures** within 10 % or their 95 % interval "
-        f"under a link fitted to each run's averaging alone, and {counts[1]} of {len(found)} under the link the run's "
-        f"own allreduces got inside its step (for Horovod without its fused buffers recorded, the link DDP's buckets "
-        f"got in the same round); the old model (the averaging alone, nothing hidden), {counts[2]} of {len(found)}, "
-        f"and it has no figure for the counts or the launches. Figures in ms unless they say otherwise; within or "
-        f"outside the bar.", "", *lines, ""])
+    waits = [p for p in found if p.unit == "ms" and p.old_ms is not None]
+    others = [p for p in found if p not in waits]
+    counts = [[sum(getattr(p, name) for p in group) for name in ("passed", "contended_passed", "old_passed")]
+              for group in (waits, others)]
+    out = [f"Made by `python -m experiments.schedule_check {' '.join(given)}` from the runs' results.json alone.", "",
+           f"**The replay matched {counts[0][0]} of {len(waits)} measured waits** (each backend's wait after backward "
+           f"and native − Horovod's backward plus wait) within 10 % or their 95 % interval under a link fitted to "
+           f"each run's averaging alone, and {counts[0][1]} of {len(waits)} under the link the run's own allreduces "
+           f"got inside its step (for Horovod without its fused buffers recorded, the link DDP's buckets got in the "
+           f"same round); the old model (the averaging alone, nothing hidden), {counts[0][2]} of {len(waits)}."]
+    if others:
+        out[-1] += (f" Where the runs recorded their allreduces, the replay's matched {counts[1][0]} and "
+                    f"{counts[1][1]} of {len(others)} figures (allreduces a step; a fused buffer's launch after its "
+                    f"last gradient), which the old model cannot say.")
+    out[-1] += " Figures in ms unless they say otherwise; within or outside the bar."
+    out += ["", *lines, ""]
+    if apart:
+        head = ("| setting | fused buffers launched while backward ran | their launch after their last gradient, ms "
+                "| launched after backward's end | their launch after their last gradient, ms | every rank had asked, "
+                "after the last gradient, ms | launch after every rank had asked, ms |")
+        out += ["Horovod's recorded fused buffers taken apart, pooled over each setting's runs and kept steps (means):",
+                "", head, "|" + "---|" * head.count(" | ") + "---|", *apart, ""]
+    return "\n".join(out)
 
 
 def parser() -> cli.Parser:
@@ -277,11 +337,7 @@ def parser() -> cli.Parser:
 
 def main() -> int:
     args = parser().parse_args()
-    found = [p for folder in folders(args.comparisons) for p in points(folder)]
-    if not found:
-        raise ConfigError(f"no run of {', '.join(args.comparisons)} recorded its schedule and its averaging alone; "
-                          "compare them again with this version")
-    text = markdown(found, args.comparisons)
+    text = check(args.comparisons)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(text)

@@ -233,7 +233,7 @@ def test_each_backend_records_its_schedule_whole_and_the_replay_reads_it(image_c
         for step in schedule["steps"]:
             ready = dict(step["ready_s"])
             assert sorted(ready) == list(range(count)) and 0 < max(ready.values()) <= step["backward_end_s"]
-            if backend == "horovod":  # fused in Horovod's C++ thread: its timeline is off without --trace
+            if backend == "horovod":  # fused in Horovod's C++ thread: its timeline is off without --fused-buffers
                 assert step["allreduces"] == []
                 continue
             # every gradient in exactly one of DDP's buckets, each launched once its gradients were ready (the

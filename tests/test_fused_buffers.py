@@ -1,12 +1,14 @@
 """Horovod's fused buffers read from its timeline (horovod_ddp/fused_buffers.py), on a timeline written by hand as
 Horovod 0.28.1's timeline.cc writes one: each tensor a process, a response's top-level ALLREDUCE begins one after
-another, then its activities. A real two-rank run's buffers are checked in tests/test_options.py."""
+another, then its activities; and the timeline shared by --trace and the recorder, with its start and stop faked. A
+real two-rank run's buffers are checked in tests/test_options.py."""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from horovod_ddp.fused_buffers import fused_buffers, read
+from horovod_ddp.fused_buffers import FusedBuffers, Timeline, fused_buffers, read
 
 EPOCH_US = 1_700_000_000_000_000
 
@@ -65,3 +67,37 @@ def test_a_buffer_still_open_when_the_file_ends_is_left_out_and_a_cut_file_is_re
     path = tmp_path / "timeline.json"
     path.write_text(json.dumps(events)[:-1] + ',\n{"ph": "E", "ts": 3')  # the writer stopped mid-event
     assert read(path) == events
+
+
+def test_a_buffer_is_launched_when_its_wait_for_data_ends_and_negotiated_when_its_last_tensor_was():
+    events = timeline(("B", "NEGOTIATE_ALLREDUCE", "allreduce.fc.bias", 10), ("E", "", "allreduce.fc.bias", 12),
+                      ("B", "NEGOTIATE_ALLREDUCE", "allreduce.fc.weight", 11), ("E", "", "allreduce.fc.weight", 15),
+                      ("B", "ALLREDUCE", "allreduce.fc.bias", 20), ("B", "ALLREDUCE", "allreduce.fc.weight", 20),
+                      ("B", "WAIT_FOR_DATA", "allreduce.fc.bias", 21), ("E", "", "allreduce.fc.bias", 30),
+                      ("B", "WAIT_FOR_DATA", "allreduce.fc.weight", 21), ("E", "", "allreduce.fc.weight", 35),
+                      ("B", "NCCL_ALLREDUCE", "allreduce.fc.bias", 36), ("E", "", "allreduce.fc.bias", 50),
+                      ("E", "", "allreduce.fc.bias", 51), ("E", "", "allreduce.fc.weight", 52))
+    (found,) = fused_buffers(events, INDEX)
+    assert found["indices"] == [0, 1]
+    assert [round(found[k] * 1e6 - EPOCH_US) for k in ("negotiated_epoch_s", "launched_epoch_s", "finished_epoch_s")] \
+        == [15, 35, 52]
+
+
+def test_the_recorder_s_timeline_starts_where_the_tracer_s_is_not_open_and_stops_only_its_own(tmp_path):
+    calls = []
+    shared = Timeline(lambda path: calls.append(("start", path)), lambda: calls.append(("stop",)))
+    fused = FusedBuffers(shared, ["fc.weight", "fc.bias"])
+    shared.start(str(tmp_path / "traced.json"))  # --trace's steps
+    fused.prepare(True)
+    fused.stop()
+    assert calls == [("start", str(tmp_path / "traced.json"))]  # the tracer's file: read, never redirected or stopped
+    shared.stop()
+    fused.prepare(False)
+    fused.prepare(True)
+    fused.prepare(True)
+    scratch = shared.file
+    assert scratch and scratch.startswith(fused.scratch) and calls[-1] == ("start", scratch) and len(calls) == 3
+    for path in shared.files:
+        Path(path).write_text(json.dumps(timeline(*allreduce(["allreduce.fc.bias"], 100, 200))))
+    assert [b["indices"] for b in fused.buffers()] == [[1], [1]]  # both files read
+    assert calls[-1] == ("stop",) and not Path(fused.scratch).exists()

@@ -57,8 +57,7 @@ def test_the_committed_check_and_prediction_are_made_again_byte_for_byte(tmp_pat
     committed = (REPO / "docs" / "results" / "schedule-check.md").read_text()
     command = committed.split("`python -m experiments.schedule_check ", 1)[1].split("`", 1)[0].split()
     monkeypatch.chdir(REPO)
-    found = [p for folder in schedule_check.folders(command) for p in schedule_check.points(folder)]
-    assert schedule_check.markdown(found, command) == committed
+    assert schedule_check.check(command) == committed
     prediction = REPO / "docs" / "results" / "gpu-prediction"
     monkeypatch.setattr(sys, "argv", ["predict_gpus", "docs/results/schedule-models", "--validation",
                                       "docs/results/schedule-check.md", "--output", str(tmp_path)])

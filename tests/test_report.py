@@ -433,3 +433,13 @@ def test_a_step_taken_apart_names_only_the_phases_whose_paired_interval_decides(
     assert "| native | 6 | 1.0 | 40.0 | " in markdown and "| reference |" not in markdown.split("A step taken")[1][:600]
     assert "native − horovod, paired by round over 6 round(s)" in markdown
     assert "Decided: forward +10.0 ms (whole intervals" in markdown  # not backward, nor the step that holds both
+
+
+@pytest.mark.parametrize("flag", ["trace", "fused_buffers"])
+def test_a_horovod_arm_with_its_timeline_on_is_said_not_to_be_like_for_like_and_a_native_only_one_is_not(flag):
+    doc = comparison()
+    doc["settings"]["config"][flag] = True
+    assert report.timeline_on(doc) and report.TIMELINE_NOTE in report.report_markdown(doc)
+    doc["runs"] = [r for r in doc["runs"] if r["backend"] != "horovod"]  # --backends native --trace
+    assert not report.timeline_on(doc)
+    assert not report.timeline_on(comparison())

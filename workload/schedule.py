@@ -5,9 +5,9 @@ are seconds from the step's first forward. results.json's `schedule`; experiment
 
 On a GPU readiness is a CUDA event recorded on the stream that computed the gradient, read after the step; DDP's
 launches are events recorded at the host's hand-off, and its ends are not recorded (NCCL's work completes on its
-stream). Horovod fuses and launches in its C++ background thread, which Python does not see: its fused buffers come
-from its timeline (horovod_ddp/fused_buffers.py) where --trace turned it on, host times from the step's start on
-every device; without it its record is the readiness and the wait."""
+stream). Horovod fuses and launches in its C++ background thread, which Python does not see: with --fused-buffers
+(or --trace) the last STEPS_KEPT steps hold its fused buffers, from its timeline (horovod_ddp/fused_buffers.py), host
+times from the step's start on every device; without it its record is the readiness and the wait."""
 
 import functools
 import statistics
@@ -15,6 +15,8 @@ import time
 from typing import Any, Protocol
 
 import torch
+
+from contract.results import HOROVOD_TIMELINE
 
 STEPS_KEPT = 8
 """Measured steps recorded whole, the last ones of the epoch; the rest is their medians."""
@@ -30,7 +32,8 @@ class Launches(Protocol):
         """The last recorded step is over."""
 
     def buffers(self) -> list[dict[str, Any]]:
-        """Each allreduce's `indices` and its `launched_epoch_s` and `finished_epoch_s` (seconds since the epoch)."""
+        """Each allreduce's `indices`, when every rank had asked for it (`negotiated`), `launched` and `finished`:
+        perf_counter's clock."""
 
 
 class ScheduleRecorder:
@@ -64,10 +67,10 @@ class ScheduleRecorder:
         if self.wanted:
             self.ready[i] = self._stamp()  # the last micro-batch's: the one whose gradient is averaged
 
-    def prepare(self, wanted: bool) -> None:
-        """A step is about to be timed; `wanted`: it is recorded."""
+    def prepare(self, wanted: bool, left: int) -> None:
+        """A step is about to be timed; `wanted`: it is recorded; `left`: the epoch's steps after it."""
         if self.launches:
-            self.launches.prepare(wanted)
+            self.launches.prepare(wanted and left < STEPS_KEPT)  # the steps record() keeps whole
 
     def begin(self, wanted: bool) -> None:
         """A step starts (its first forward); `wanted`: a measured step of the last epoch, recorded."""
@@ -117,30 +120,23 @@ class ScheduleRecorder:
                                 "finished_s": None if done is None else done - start}
                                for indices, size, launched, done in raw["buckets"]] + [
                     {"indices": a["indices"], "bytes": sum(self.bytes[i] for i in a["indices"]),
-                     "launched_s": a["launched"] - raw["host_start"], "finished_s": a["finished"] - raw["host_start"]}
+                     **{f"{k}_s": a[k] - raw["host_start"] for k in ("negotiated", "launched", "finished")}}
                     for a in launched if raw["host_start"] <= a["launched"] <= raw["host_now"]]}
-
-    def _launched(self) -> list[dict[str, Any]]:
-        """The Launches' allreduces, their times on perf_counter's clock."""
-        if not self.launches:
-            return []
-        offset = time.time() - time.perf_counter()
-        return [{"indices": a["indices"], "launched": a["launched_epoch_s"] - offset,
-                 "finished": a["finished_epoch_s"] - offset} for a in self.launches.buffers()]
 
     def record(self) -> dict[str, Any] | None:
         """results.json's `schedule`: each gradient's bytes, its median readiness over the measured steps, the median
         backward end and wait, and the last STEPS_KEPT steps whole; None where no step was recorded."""
         if not self.steps:
             return None
-        launched = self._launched()
-        every = [self._seconds(raw, launched) for raw in self.steps]
+        launched = self.launches.buffers() if self.launches else []
+        kept = len(self.steps) - STEPS_KEPT
+        every = [self._seconds(raw, launched if i >= kept else []) for i, raw in enumerate(self.steps)]
         readiness: dict[int, list[float]] = {}
         for step in every:
             for i, at in step["ready_s"]:
                 readiness.setdefault(i, []).append(at)
         return {"clock": "cuda events" if self.gpu else "host", "steps_measured": len(every),
-                "allreduces_from": "Horovod's timeline" if self.launches else
+                "allreduces_from": HOROVOD_TIMELINE if self.launches else
                 "DDP's comm hook" if any(raw["buckets"] for raw in self.steps) else None,
                 "gradient_bytes": self.bytes,
                 "ready_s": {str(i): statistics.median(v) for i, v in sorted(readiness.items())},

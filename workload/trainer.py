@@ -216,7 +216,7 @@ class Trainer:
             cpu = time.process_time()
             self.recording = epoch == self.cfg.epochs and step > self.warmup
             if self.schedule:
-                self.schedule.prepare(self.recording)
+                self.schedule.prepare(self.recording, steps - step)
             t0 = self._now()
             groups = self._micro_batches(next(batches))
             t1 = self._now()
