@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis import runs, speed, stats
+from analysis import runs, speed, stats, text
 from contract import results
-from contract.results import HOROVOD_TIMELINE
 from contract.config import ConfigError
 from contract.options import fusion_bytes
+from contract.results import HOROVOD_TIMELINE
 from experiments import schedule_replay
 from experiments.schedule_replay import MIB, Gradient, Link, Schedule
 from runtime import cli
@@ -120,10 +120,23 @@ def recorded(schedule: dict[str, Any]) -> tuple[float, float | None] | None:
     if not steps:
         return None
     count = statistics.fmean(len(s["allreduces"]) for s in steps)
+    launches = fused_launches(schedule)
+    return count, statistics.fmean(lag for lag, _, _ in launches) if launches else None
+
+
+def fused_launches(schedule: dict[str, Any]) -> list[tuple[float, float, bool]]:
+    """Each of Horovod's recorded fused buffers in the kept steps: its launch after its last gradient was ready, when
+    every rank had asked for it after that (seconds), and whether it was launched while backward ran; none where
+    Horovod's fused buffers were not recorded."""
     if schedule.get("allreduces_from") != HOROVOD_TIMELINE:
-        return count, None
-    return count, statistics.fmean(a["launched_s"] - max(dict(s["ready_s"])[i] for i in a["indices"])
-                                   for s in steps for a in s["allreduces"])
+        return []
+    out = []
+    for step in schedule["steps"]:
+        ready = dict(step["ready_s"])
+        for a in step["allreduces"]:
+            last = max(ready[i] for i in a["indices"])
+            out.append((a["launched_s"] - last, a["negotiated_s"] - last, a["launched_s"] < step["backward_end_s"]))
+    return out
 
 
 def replayed_lag(schedule: Schedule) -> float:
@@ -162,9 +175,7 @@ def points(folder: Path) -> list[Point]:
     round's DDP run's buckets got."""
     comparison = runs.load(folder)
     config = comparison["settings"]["config"]
-    network = comparison["settings"].get("network")
-    across = [f"{network['nodes']} simulated nodes, link {network['link_rate']}"] if network else []
-    setting = ", ".join([config["model"], *_options(config), *across])
+    setting = _setting(comparison)
     compared = speed.compared_arms(comparison["settings"]["launchers"])
     out = []
     for n in comparison["settings"]["workers"]:
@@ -220,6 +231,13 @@ def _point(setting: str, arm: str, what: str, values: dict[int, list[float | Non
     return Point(setting, arm, what, mean(0), interval, mean(1), mean(2), mean(3), len(values), unit)
 
 
+def _setting(comparison: dict[str, Any]) -> str:
+    """A comparison's setting as the tables name it: the model, its options, the simulated nodes."""
+    config, network = comparison["settings"]["config"], comparison["settings"].get("network")
+    across = [f"{network['nodes']} simulated nodes, link {network['link_rate']}"] if network else []
+    return ", ".join([config["model"], *_options(config), *across])
+
+
 def _options(config: dict[str, Any]) -> list[str]:
     said = []
     if config.get("bucket_mb"):
@@ -247,33 +265,25 @@ def folders(given: list[str]) -> list[Path]:
     return out
 
 
-def launches_apart(folder: Path) -> list[str]:
+def launches_apart(folder: Path) -> list[list[str]]:
     """Horovod's recorded fused buffers of one comparison, pooled over its runs' kept steps, as a table row per worker
     count: those launched while backward ran and those after its end, each with its mean launch after its last
     gradient; and for all, when every rank had asked for it and the launch after that (means, ms)."""
     comparison = runs.load(folder)
-    config = comparison["settings"]["config"]
     rows = []
     for n in comparison["settings"]["workers"]:
-        during, after, asked, queued = [], [], [], []
-        for arm, found in runs.finished(comparison, n).items():
-            for run in found:
-                schedule = results.read(folder / run["results"]).get("schedule") or {}
-                if run["backend"] != "horovod" or schedule.get("allreduces_from") != HOROVOD_TIMELINE:
-                    continue
-                for step in schedule["steps"]:
-                    ready = dict(step["ready_s"])
-                    for a in step["allreduces"]:
-                        last = max(ready[i] for i in a["indices"])
-                        (during if a["launched_s"] < step["backward_end_s"] else after).append(a["launched_s"] - last)
-                        asked.append(a["negotiated_s"] - last)
-                        queued.append(a["launched_s"] - a["negotiated_s"])
-        if during or after:
+        launches = [launch for found in runs.finished(comparison, n).values() for run in found
+                    if run["backend"] == "horovod"
+                    for launch in fused_launches(results.read(folder / run["results"]).get("schedule") or {})]
+        if launches:
             def mean(values: list[float]) -> str:
                 return f"{1000 * statistics.fmean(values):.1f}" if values else "—"
 
-            rows.append(f"| {', '.join([config['model'], *_options(config)])}, {n} workers | {len(during)} | "
-                        f"{mean(during)} | {len(after)} | {mean(after)} | {mean(asked)} | {mean(queued)} |")
+            during = [lag for lag, _, running in launches if running]
+            after = [lag for lag, _, running in launches if not running]
+            rows.append([f"{_setting(comparison)}, {n} workers", len(during), mean(during), len(after), mean(after),
+                         mean([asked for _, asked, _ in launches]),
+                         mean([lag - asked for lag, asked, _ in launches])])
     return rows
 
 
@@ -289,7 +299,7 @@ def check(given: list[str]) -> str:
     return markdown(found, given, apart)
 
 
-def markdown(found: list[Point], given: list[str], apart: list[str]) -> str:
+def markdown(found: list[Point], given: list[str], apart: list[list[str]]) -> str:
     head = ("| setting | arm | figure | measured (95 % CI) | runs | replayed, link of the averaging alone | "
             "replayed, link the run's allreduces got in the step | old model (the averaging alone) |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
@@ -320,11 +330,11 @@ def markdown(found: list[Point], given: list[str], apart: list[str]) -> str:
     out[-1] += " Figures in ms unless they say otherwise; within or outside the bar."
     out += ["", *lines, ""]
     if apart:
-        head = ("| setting | fused buffers launched while backward ran | their launch after their last gradient, ms "
-                "| launched after backward's end | their launch after their last gradient, ms | every rank had asked, "
-                "after the last gradient, ms | launch after every rank had asked, ms |")
+        head = ["setting", "fused buffers launched while backward ran", "their launch after their last gradient, ms",
+                "launched after backward's end", "their launch after their last gradient, ms",
+                "every rank had asked, after the last gradient, ms", "launch after every rank had asked, ms"]
         out += ["Horovod's recorded fused buffers taken apart, pooled over each setting's runs and kept steps (means):",
-                "", head, "|" + "---|" * head.count(" | ") + "---|", *apart, ""]
+                "", text.md_table(head, apart), ""]
     return "\n".join(out)
 
 
@@ -337,13 +347,13 @@ def parser() -> cli.Parser:
 
 def main() -> int:
     args = parser().parse_args()
-    text = check(args.comparisons)
+    made = check(args.comparisons)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text)
+        args.output.write_text(made)
         log.info("wrote %s", args.output)
     else:
-        log.info("%s", text)
+        log.info("%s", made)
     return 0
 
 

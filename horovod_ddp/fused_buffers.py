@@ -24,6 +24,8 @@ from typing import Any
 PREFIX = "allreduce."
 """horovod.torch names a gradient's allreduce after its parameter: `allreduce.<name>`."""
 WAITS = ("WAIT_FOR_DATA", "WAIT_FOR_OTHER_TENSOR_DATA")
+TIMES = ("negotiated", "launched", "finished")
+"""A fused buffer's moments: every rank had asked for it, it was launched, its tensors were done."""
 
 
 class Timeline:
@@ -75,9 +77,7 @@ class FusedBuffers:
                  for b in fused_buffers(read(Path(path)), self.index)]
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
-        return [{"indices": b["indices"], **{k.replace("_epoch_s", ""): b[k] - self.offset
-                                             for k in ("negotiated_epoch_s", "launched_epoch_s", "finished_epoch_s")}}
-                for b in found]
+        return [{"indices": b["indices"], **{k: b[f"{k}_epoch_s"] - self.offset for k in TIMES}} for b in found]
 
 
 def read(path: Path) -> list[dict[str, Any]]:
