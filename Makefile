@@ -41,7 +41,8 @@ stress: $(STAMP)
 	$(BIN)/python tools/stress.py $(ARGS)
 
 # Every picture and report under docs/results, made again from its committed JSON, the snapshots side by side, the
-# schedule replay checked against the committed runs, and its GPU clusters' prediction.
+# schedule replay checked against the committed runs, the GPU model against published GPU runs, and its GPU clusters'
+# prediction.
 SNAPSHOTS := $(foreach s,models vit_b_16,\
 	docs/results/$(s) docs/results/$(s)-epyc-2026-11-27 docs/results/$(s)-xeon-2026-11-25)
 SCHEDULES := docs/results/schedule-models docs/results/schedule-fused docs/results/schedule-options \
@@ -49,6 +50,7 @@ SCHEDULES := docs/results/schedule-models docs/results/schedule-fused docs/resul
 	docs/results/schedule-sim-3-nodes
 docs: $(STAMP)
 	$(BIN)/python -m experiments.schedule_check $(SCHEDULES) --output docs/results/schedule-check.md
+	$(BIN)/python -m experiments.published_check docs/results/published-gpu
 	$(BIN)/python -m experiments.predict_gpus docs/results/schedule-models --validation \
 		docs/results/schedule-check.md --output docs/results/gpu-prediction
 	$(BIN)/python -m ray_jobs.compare --render docs/results

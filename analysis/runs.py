@@ -26,16 +26,21 @@ PHASE_LABELS = dict(zip(phases.PHASES, ("start → ranks running", "→ process 
 """contract/phases.py's phases, in order, with the name each segment gets in the overhead plot."""
 
 
-def load(run_dir: str | Path) -> dict[str, Any]:
-    """comparison.json, or a ConfigError saying why it cannot be rendered."""
-    path = Path(run_dir) / COMPARISON
-    fix = "pass a results/<run-id> folder written by python -m ray_jobs.compare"
+def read_json(path: Path, fix: str) -> Any:
+    """A JSON file's content, or a ConfigError saying why it cannot be read, and `fix`."""
     try:
-        comparison = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path} does not exist; {fix}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ConfigError(f"{path} cannot be read as JSON ({error}); {fix}") from None
+
+
+def load(run_dir: str | Path) -> dict[str, Any]:
+    """comparison.json, or a ConfigError saying why it cannot be rendered."""
+    path = Path(run_dir) / COMPARISON
+    fix = "pass a results/<run-id> folder written by python -m ray_jobs.compare"
+    comparison = read_json(path, fix)
     missing = [k for k in REQUIRED if not isinstance(comparison, dict) or k not in comparison]
     if missing:
         raise ConfigError(f"{path} is not a comparison (it lacks {', '.join(missing)}); {fix}")

@@ -3,6 +3,12 @@
 and 100, 200 or 400 Gbit/s between nodes. Trains nothing.
 
     python -m experiments.predict_gpus docs/results/schedule-models --output docs/results/gpu-prediction
+    python -m experiments.predict_gpus --cluster my-cluster.json --output my-prediction
+
+With --cluster, your own cluster instead (docs/cluster.md, "Your cluster, predicted"): FILE is JSON with the keys
+model, image_size, batch_per_gpu, precision (fp32, tf32, amp, bf16), one_gpu_images_per_s, gpus_per_node, nodes,
+intra_node_busbw_gbyte_s and inter_node_gbit_s; experiments/gpu_cluster.py predicts it, with the constants fitted on
+published GPU runs (docs/results/published-gpu/check.md), and writes prediction.json and prediction.md.
 
 Every input that was assumed rather than measured is named in the output (ASSUMED):
 - the backward's shape, each gradient's readiness as a share of backward, and the step's split into forward,
@@ -14,7 +20,6 @@ The range of native ÷ Horovod spans the links at ±25 % and the GPU step at ±2
 """
 
 import argparse
-import itertools
 import json
 import logging
 import re
@@ -25,13 +30,14 @@ from typing import Any
 
 from analysis import plots, runs, text
 from contract import models, results
-from contract.config import ConfigError
-from experiments import schedule_replay
-from experiments.schedule_replay import Gradient, Link
+from contract.config import BACKENDS, ConfigError
+from experiments import gpu_cluster
 from runtime import cli
 
 log = logging.getLogger(__name__)
 FILE = "gpu-prediction.json"
+REPO = Path(__file__).resolve().parent.parent
+SHAPES = REPO / "docs" / "results" / "schedule-models"
 CLASSES = 1000
 """ImageNet's classes: the measured runs' 10-class heads are scaled to it (the head's weight and bias, the last two
 parameters registered, grow with the classes)."""
@@ -50,16 +56,14 @@ STEPS = {
 """One GPU's step, published: images per second at a batch per GPU. Both on an A100: an H100's step is shorter,
 which leaves less of backward to hide the averaging behind."""
 LINKS = {
-    "nvlink_bytes_per_s": 360e9, "nvlink_latency_s": 5e-6,
-    "nic_efficiency": 0.9, "nic_latency_s": 10e-6, "negotiation_s": 100e-6,
+    "nvlink_bytes_per_s": 360e9, "nvlink_latency_s": gpu_cluster.NVLINK_LATENCY_S,
+    "nic_efficiency": gpu_cluster.NIC_EFFICIENCY, "nic_latency_s": gpu_cluster.NIC_LATENCY_S,
+    "negotiation_s": gpu_cluster.NEGOTIATION_S,
 }
 """Assumed: NVLink's allreduce bus bandwidth inside an 8-GPU H100 node (nccl-tests all_reduce_perf, bus bandwidth,
-about 360-480 GB/s on HGX H100: the lower end), its per-hop latency; a node's network link at 90 % of its rate; its
-per-hop latency; Horovod's negotiation per cycle with the response cache (a bit vector over its control plane)."""
-PUBLISHED = ("the ml-benchmarks comparison of ResNet-50 on 8 GPUs, DDP 5,862 against Horovod 5,252 img/s (native ÷ "
-             "Horovod 1.12, quoted as the project's issue 56 gives it, its source not held here); the Horovod paper "
-             "(Sergeev and Del Balso, 2018, arXiv:1802.05799): 88-90 % scaling efficiency for Inception V3 and "
-             "ResNet-101 on 128 GPUs")
+about 360-480 GB/s on HGX H100: the lower end); the rest as experiments/gpu_cluster.py assumes them."""
+PUBLISHED = ("ml-benchmarks' 8 paired ResNet-50 runs on 2 nodes x 4 GPUs (docs/results/published-gpu): DDP ahead in "
+             "all 8, native ÷ Horovod 1.067-1.160, against which experiments/published_check.py checks this model")
 
 
 def shape(folder: Path, model: str) -> dict[str, Any]:
@@ -94,52 +98,41 @@ def shape(folder: Path, model: str) -> dict[str, Any]:
             head = CLASSES / comparison["settings"]["config"]["num_classes"]
             sizes = [int(b * head) if i >= len(sizes) - 2 else b for i, b in enumerate(sizes)]
             return {"model": model, "shares": {i: statistics.median(v) for i, v in shares.items()},
-                    "bytes": sizes, "split": [t / sum(total) for t in total], "from": str(each)}
+                    "bytes": sizes, "split": [t / sum(total) for t in total], "from": _shown(each)}
     raise ConfigError(f"no native run of {model} in {folder} recorded its schedule and its step's parts; compare "
                       f"--model {model} with this version first")
 
 
-def gradients(measured: dict[str, Any], backward_s: float, forward_s: float) -> list[Gradient]:
-    return [Gradient(forward_s + share * backward_s, measured["bytes"][i], i)
-            for i, share in measured["shares"].items()]
-
-
-def topology(gpus: int, rate_gbit: float, bandwidth: float = 1.0) -> Link:
-    """One allreduce over `gpus`: inside a node, NVLink; across nodes a ring whose slowest hop is a node's link."""
-    if gpus <= GPUS_PER_NODE:
-        return Link(LINKS["nvlink_latency_s"], LINKS["nvlink_bytes_per_s"] * bandwidth, gpus,
-                    copy_bytes_per_s=1e12)
-    return Link(LINKS["nic_latency_s"], rate_gbit * 1e9 / 8 * LINKS["nic_efficiency"] * bandwidth, gpus,
-                copy_bytes_per_s=1e12)
+def _shown(path: Path) -> str:
+    """A folder as the repository names it, where it is inside it."""
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 def predict(measured: dict[str, Any], gpus: int, rate_gbit: float) -> dict[str, Any]:
-    """Each backend's step and samples/s per GPU at `gpus`, the ratio and its range, and what makes it."""
+    """Each backend's step and samples/s per GPU at `gpus`, the ratio and its range, and what makes it: the cluster
+    of experiments/gpu_cluster.py at the published one-GPU step, 8 GPUs a node over NVLink."""
     published = STEPS[measured["model"]]
-    step = published["batch"] / published["images_per_s"]
-    outcomes = []
-    for compute, bandwidth in itertools.product((0.8, 1.0, 1.2), (0.75, 1.0, 1.25)):
-        forward, backward, optimizer = (share * step * compute for share in measured["split"])
-        grads = gradients(measured, backward, forward)
-        link = topology(gpus, rate_gbit, bandwidth)
-        native = schedule_replay.ddp(grads, forward + backward, link)
-        horovod = schedule_replay.horovod_over_phases(grads, forward + backward, link,
-                                                      negotiation_s=LINKS["negotiation_s"] if gpus > 1 else 0.0)
-        end = forward + backward + optimizer
-        outcomes.append(((compute, bandwidth), end + native.wait_s, end + horovod.wait_s, native, horovod))
-    middle = next(o for o in outcomes if o[0] == (1.0, 1.0))
-    ratios = [o[2] / o[1] for o in outcomes]
-    _, native_step, horovod_step, native, horovod = middle
-    batch = published["batch"]
+    cluster = gpu_cluster.Cluster(
+        model=measured["model"], image_size=224, batch_per_gpu=published["batch"], precision="amp",
+        one_gpu_images_per_s=published["images_per_s"], gpus_per_node=min(gpus, GPUS_PER_NODE),
+        nodes=max(1, gpus // GPUS_PER_NODE), intra_node_busbw_gbyte_s=LINKS["nvlink_bytes_per_s"] / 1e9,
+        inter_node_gbit_s=rate_gbit)
+    made = gpu_cluster.predict(cluster, measured, gpu_cluster.constants(), gpu_cluster.host())
+    native, horovod, ratio = made["native"], made["horovod"], made["native_over_horovod"]
     return {"model": measured["model"], "gpus": gpus, "rate_gbit": rate_gbit if gpus > GPUS_PER_NODE else None,
-            "native_step_ms": 1000 * native_step, "horovod_step_ms": 1000 * horovod_step,
-            "native_per_gpu": batch / native_step, "horovod_per_gpu": batch / horovod_step,
-            "native_per_gpu_range": [batch / max(o[1] for o in outcomes), batch / min(o[1] for o in outcomes)],
-            "horovod_per_gpu_range": [batch / max(o[2] for o in outcomes), batch / min(o[2] for o in outcomes)],
-            "ratio": horovod_step / native_step, "range": [min(ratios), max(ratios)],
-            "native_wait_ms": 1000 * native.wait_s, "horovod_wait_ms": 1000 * horovod.wait_s,
-            "buckets": len(native.allreduces), "fused_buffers": len(horovod.allreduces),
-            "horovod_cycles": horovod.notes["cycles"]}
+            "native_step_ms": native["step_ms"], "horovod_step_ms": horovod["step_ms"],
+            "native_per_gpu": native["images_per_s_per_gpu"], "horovod_per_gpu": horovod["images_per_s_per_gpu"],
+            "native_per_gpu_range": native["images_per_s_per_gpu_range"],
+            "horovod_per_gpu_range": horovod["images_per_s_per_gpu_range"],
+            "ratio": ratio["value"], "range": [ratio["low"], ratio["high"]],
+            "native_wait_ms": native["wait_ms"], "horovod_wait_ms": horovod["wait_ms"],
+            "native_overlap_ms": native["overlap_ms"], "horovod_overlap_ms": horovod["overlap_ms"],
+            "horovod_host_block_ms": horovod["host_block_ms"], "deciding": made["deciding"],
+            "buckets": native["allreduces"], "fused_buffers": horovod["allreduces"],
+            "horovod_cycles": horovod["cycles"]}
 
 
 def render(folder: Path) -> str | None:
@@ -156,22 +149,30 @@ def render(folder: Path) -> str | None:
 def markdown(doc: dict[str, Any]) -> str:
     steps, links = doc["assumed"]["steps"], doc["assumed"]["links"]
     head = ["model", "GPUs", "between nodes", "DDP img/s per GPU", "Horovod img/s per GPU", "native ÷ Horovod (range)",
-            "DDP's wait, ms (buckets)", "Horovod's wait, ms (fused buffers, cycles)"]
+            "DDP's wait, ms (buckets)", "Horovod's wait, ms (fused buffers, cycles)",
+            "averaging beside backward, ms added (DDP / Horovod)", "Horovod's step end, ms"]
     rows = [[r["model"], r["gpus"],
              f"{r['rate_gbit']:g} Gbit/s" if r["rate_gbit"] else "NVLink (one node)" if r["gpus"] > 1 else "—",
              f"{r['native_per_gpu']:,.0f}", f"{r['horovod_per_gpu']:,.0f}",
              f"{r['ratio']:.3f} ({r['range'][0]:.3f}–{r['range'][1]:.3f})",
              f"{r['native_wait_ms']:.1f} ({r['buckets']})",
-             f"{r['horovod_wait_ms']:.1f} ({r['fused_buffers']}, {r['horovod_cycles']})"] for r in doc["rows"]]
+             f"{r['horovod_wait_ms']:.1f} ({r['fused_buffers']}, {r['horovod_cycles']})",
+             f"{r['native_overlap_ms']:.1f} / {r['horovod_overlap_ms']:.1f}", f"{r['horovod_host_block_ms']:.1f}"]
+            for r in doc["rows"]]
     assumed = [f"- **{model}'s step on one GPU** (assumed): {s['images_per_s']:,.0f} img/s at batch {s['batch']} "
                f"on an {s['gpu']}, {s['precision']}: {s['source']}." for model, s in steps.items()]
+    check = doc["published_check"]
     return "\n".join([
-        "# Native DDP or Horovod on GPU clusters: each framework's schedule, replayed (predicted)", "",
-        f"Made by `{doc['command']}`. Each framework's averaging schedule (docs/cluster.md) replayed over a backward "
-        "shaped as this machine's CPU runs measured it, scaled to a published GPU step, at 8 GPUs a node over "
-        "NVLink and 100-400 Gbit/s between nodes. Nothing here was measured on a GPU: every input below that says "
-        "assumed is one. The range spans the links at ±25 % and the GPU step at ±20 %.", "",
-        f"**Checked first** on the waits this machine measures: {doc['validation']}", "", text.md_table(head, rows), "",
+        "# Native DDP or Horovod on GPU clusters (predicted)", "",
+        f"Made by `{doc['command']}`. experiments/gpu_cluster.py at 1 to 64 GPUs, 8 a node over NVLink and "
+        "100-400 Gbit/s between nodes: each framework's averaging schedule (docs/cluster.md) replayed over a backward "
+        "shaped as this machine's CPU runs measured it, scaled to a published GPU step, plus what a GPU host adds "
+        "(the averaging beside backward slows it; Horovod's step end holds the host while the GPU idles). Nothing "
+        "here was measured on a GPU: every input below that says assumed is one. The range spans the links at "
+        "±25 %, the GPU step at ±20 % and the host's measured step end over its 95 % interval.", "",
+        f"**Checked against published GPU runs** ([check](../published-gpu/check.md)): {check}", "",
+        f"**Checked on the waits this machine measures**: {doc['validation']}", "",
+        text.md_table(head, rows), "",
         "**Inputs**", "",
         f"- **The backward's shape** (measured, on CPU): each gradient's readiness as a share of backward and the "
         "step's forward : backward : optimizer, from the native runs of "
@@ -180,14 +181,17 @@ def markdown(doc: dict[str, Any]) -> str:
         f"an 8-GPU node (nccl-tests' all_reduce_perf on HGX H100 reports about 360-480 GB/s), "
         f"{1e6 * links['nvlink_latency_s']:g} µs a hop.",
         f"- **Between nodes** (assumed): the node's link at {100 * links['nic_efficiency']:.0f} % of its rate, "
-        f"{1e6 * links['nic_latency_s']:g} µs a hop; Horovod's negotiation {1e6 * links['negotiation_s']:g} µs a "
-        "cycle (its response cache's bit vector over its control plane).", "",
-        f"**Beside published results**: {doc['published']}. Their inputs differ: real data and models at 224 px on "
-        "older GPUs, tuned fusion and cycle times.", "",
-        "**What would change the verdict**: a GPU step shorter than assumed (an H100 is faster than the A100 the "
-        "steps are from) leaves less backward to hide the averaging behind, which Horovod's cycle and negotiation "
-        "pay first; a slower link between nodes does the same; a backward whose last gradients come later than this "
-        "CPU's shape says exposes more of DDP's last bucket.", ""])
+        f"{1e6 * links['nic_latency_s']:g} µs a hop of a ring (NCCL's trees, which it takes for small messages "
+        "across many nodes, would cost fewer hops: at 64 GPUs Horovod's many small buffers pay this most); "
+        f"Horovod's negotiation {1e6 * links['negotiation_s']:g} µs a cycle (its response cache's bit vector over "
+        "its control plane).",
+        "- **Fitted on published runs** (mahti's, docs/results/published-gpu): "
+        + ", ".join(f"`{name}` {value:.3f}" for name, value in doc["constants"].items()) + ".", "",
+        f"**Beside published results**: {doc['published']}.", "",
+        "**What moves the verdict**: a shorter GPU step (an H100 in place of the A100 the steps are from) raises "
+        "native ÷ Horovod, since Horovod's step end is host time that does not shrink with the GPU's; a slower link "
+        "between nodes lowers both backends' scaling, the averaging beside backward costing each more; more GPUs "
+        "raise it, Horovod's fused buffers being many and small where each pays a ring's latency.", ""])
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
@@ -213,18 +217,80 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     plots.save(fig, path)
 
 
+def published_said() -> str:
+    """The published check's validation in one sentence, from its check.json."""
+    check = json.loads(gpu_cluster.CHECK.read_text())
+    v, bar = check["validation"], check["bar"]
+    return (f"on the {v['rows']} validation rows (puhti, fitted on none of them) native ÷ Horovod within "
+            f"{100 * bar['ratio']:.0f} % on {v['met']['ratio']} of {v['rows']}, the largest error "
+            f"{100 * v['worst']['ratio_error']:.1f} %; DDP's scaling within {100 * bar['scaling']:.0f} points on "
+            f"{v['met']['ddp_scaling']} of {v['rows']}, the largest error "
+            f"{100 * v['worst']['ddp_scaling_error']:.1f} points.")
+
+
+def cluster_page(doc: dict[str, Any]) -> str:
+    """prediction.md: the same figures as prediction.json, for a reader."""
+    c, ratio = doc["cluster"], doc["native_over_horovod"]
+    rows = [[("DDP" if name == "native" else "Horovod"), f"{doc[name]['images_per_s_per_gpu']:,.0f}",
+             f"{doc[name]['scaling_efficiency']:.3f}", f"{doc[name]['wait_ms']:.2f}", f"{doc[name]['overlap_ms']:.2f}",
+             f"{doc[name].get('host_block_ms', 0.0):.2f}"] for name in BACKENDS]
+    check = doc["checked_against"]
+    return "\n".join([
+        f"# {c['model']} on {c['nodes']} x {c['gpus_per_node']} GPUs: native DDP or Horovod (predicted)", "",
+        f"Made by `{doc['command']}`. One GPU trains {c['one_gpu_images_per_s']:,.0f} img/s at batch "
+        f"{c['batch_per_gpu']} ({c['precision']}, {c['image_size']} px); inside a node NCCL's bus bandwidth is "
+        f"{c['intra_node_busbw_gbyte_s']:g} GB/s, between nodes {c['inter_node_gbit_s']:g} Gbit/s.", "",
+        f"**native ÷ Horovod: {ratio['value']:.3f}** (range {ratio['low']:.3f}–{ratio['high']:.3f}). Deciding: "
+        f"{doc['deciding']}.", "",
+        text.md_table(["backend", "img/s per GPU", "scaling efficiency", "wait after backward, ms",
+                       "averaging beside backward, ms added", "host's step end, ms"], rows), "",
+        f"**How far to trust it**: the same model, its constants fitted on {check['calibration']}, predicted "
+        f"{check['validation']}. The backward's shape is this project's CPU run of {c['model']} "
+        f"({doc['shape_from']}). The range spans your one-GPU figure at ±20 %, the links at ±25 % and the host's "
+        "measured step end over its 95 % interval.", ""])
+
+
+def cluster_main(args: argparse.Namespace) -> int:
+    cluster = gpu_cluster.load(args.cluster)
+    if args.output.exists() and not args.output.is_dir():
+        raise ConfigError(f"--output {args.output} is a file: name a folder for prediction.json")
+    shape_of = shape(args.measured, cluster.model)
+    check = json.loads(gpu_cluster.CHECK.read_text())
+    made = gpu_cluster.predict(cluster, shape_of, gpu_cluster.constants(), gpu_cluster.host())
+    v = check["validation"]
+    doc = {"schema_version": 1, "command": "python -m experiments.predict_gpus " + " ".join(sys.argv[1:]),
+           "cluster": {f: getattr(cluster, f) for f in cluster.__slots__}, **made, "shape_from": shape_of["from"],
+           "constants": {name: c["value"] for name, c in check["fitted"].items()},
+           "checked_against": {
+               "calibration": "ml-benchmarks' ResNet-50 runs on mahti (A100, 2 nodes x 4)",
+               "validation": f"its runs on puhti (V100) with native ÷ Horovod within "
+                             f"{100 * v['worst']['ratio_error']:.1f} % and DDP's scaling within "
+                             f"{100 * v['worst']['ddp_scaling_error']:.1f} points "
+                             "(docs/results/published-gpu/check.md)"}}
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / "prediction.json").write_text(json.dumps(doc, indent=1) + "\n")
+    page = cluster_page(doc)
+    (args.output / "prediction.md").write_text(page)
+    log.info("%s", page)
+    return 0
+
+
 def parser() -> cli.Parser:
     out = cli.Parser(description=__doc__.split("\n\n")[0], prog="python -m experiments.predict_gpus",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    out.add_argument("measured", type=Path, help="a folder of comparisons (or grids) whose native runs recorded "
-                                                 "a schedule: resnet50 and vit_b_16")
+    out.add_argument("measured", type=Path, nargs="?", default=SHAPES,
+                     help="a folder of comparisons (or grids) whose native runs recorded a schedule: resnet50 and "
+                          "vit_b_16 (default: the committed docs/results/schedule-models)")
+    out.add_argument("--cluster", type=Path, help="your cluster as JSON (the keys above): predict it alone")
     out.add_argument("--validation", type=Path, help="schedule_check's report of the same machine, quoted")
-    out.add_argument("--output", type=Path, required=True, help="the folder to write gpu-prediction.json into")
+    out.add_argument("--output", type=Path, required=True, help="the folder to write the prediction into")
     return out
 
 
 def main() -> int:
     args = parser().parse_args()
+    if args.cluster:
+        return cluster_main(args)
     shapes = [shape(args.measured, model) for model in STEPS]
     rows = [predict(measured, gpus, rate) for measured in shapes for gpus in GPUS
             for rate in (RATES_GBIT if gpus > GPUS_PER_NODE else RATES_GBIT[:1])]
@@ -242,6 +308,8 @@ def main() -> int:
     doc = {"schema_version": 1, "command": "python -m experiments.predict_gpus " + " ".join(sys.argv[1:]),
            "rows": rows, "assumed": {"steps": STEPS, "links": LINKS}, "validation": said,
            "measured_shapes_from": {s["model"]: s["from"] for s in shapes}, "published": PUBLISHED,
+           "published_check": published_said(), "constants": {
+               name: c["value"] for name, c in json.loads(gpu_cluster.CHECK.read_text())["fitted"].items()},
            "parameters": {m: models.parameters(m, image_size=224, num_classes=CLASSES) for m in STEPS}}
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / FILE).write_text(json.dumps(doc, indent=1) + "\n")

@@ -29,12 +29,14 @@ def test_the_report_and_its_picture_are_made_again_from_the_json_alone(tmp_path)
     doc = {"schema_version": 1, "command": "python -m experiments.predict_gpus by-hand --output out", "rows": rows,
            "assumed": {"steps": {"resnet50": predict_gpus.STEPS["resnet50"]}, "links": predict_gpus.LINKS},
            "validation": "The replay matched 1 of 2", "measured_shapes_from": {"resnet50": "by hand"},
-           "published": predict_gpus.PUBLISHED, "parameters": {}}
+           "published": predict_gpus.PUBLISHED, "parameters": {}, "published_check": "by hand, 1 of 2 rows",
+           "constants": {"overlap_cost": 0.3, "step_end_scale": 3.0}}
     (tmp_path / predict_gpus.FILE).write_text(json.dumps(doc))
     first = predict_gpus.render(tmp_path)
     picture = (tmp_path / "gpu-prediction.png").read_bytes()
     assert predict_gpus.render(tmp_path) == first and picture.startswith(b"\x89PNG")
     assert "| resnet50 | 16 | 100 Gbit/s |" in first and "(assumed)" in first and "The replay matched 1 of 2" in first
+    assert "by hand, 1 of 2 rows" in first and "`step_end_scale` 3.000" in first
     assert predict_gpus.render(tmp_path / "nowhere") is None
 
 

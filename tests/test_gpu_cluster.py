@@ -1,0 +1,152 @@
+"""A team's own cluster predicted (experiments/gpu_cluster.py, `predict_gpus --cluster`) and the prediction checked
+against published GPU runs (experiments/published_check.py): the refusals, the figures' directions, the fit that
+sees the calibration rows alone, and the committed check made again."""
+
+import importlib.util
+import json
+import math
+import shutil
+import sys
+from dataclasses import replace
+
+import pytest
+
+from experiments import gpu_cluster, predict_gpus, published_check
+from runtime import cli
+from tests.helpers import REPO, tree
+
+CLUSTER = {"model": "resnet50", "image_size": 224, "batch_per_gpu": 64, "precision": "amp",
+           "one_gpu_images_per_s": 2500, "gpus_per_node": 8, "nodes": 4, "intra_node_busbw_gbyte_s": 300,
+           "inter_node_gbit_s": 200}
+PUBLISHED = REPO / "docs" / "results" / "published-gpu"
+
+
+def predict(**changed):
+    cluster = replace(gpu_cluster.Cluster(**CLUSTER), **changed)
+    shape = predict_gpus.shape(predict_gpus.SHAPES, cluster.model)
+    return gpu_cluster.predict(cluster, shape, gpu_cluster.constants(), gpu_cluster.host())
+
+
+def run(argv, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["predict_gpus", *argv])
+    with pytest.raises(SystemExit) as done:
+        cli.run(predict_gpus.main)
+    return done.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"nodes": None}, "missing nodes"),
+    ({"gpus": 8}, "unknown gpus"),
+    ({"nodes": 0}, "nodes must be a positive finite number, not 0"),
+    ({"gpus_per_node": 0.5}, "gpus_per_node must be a whole number"),
+    ({"one_gpu_images_per_s": -3}, "one_gpu_images_per_s must be a positive finite number"),
+    ({"inter_node_gbit_s": math.nan}, "inter_node_gbit_s must be a positive finite number, not nan"),
+    ({"intra_node_busbw_gbyte_s": math.inf}, "intra_node_busbw_gbyte_s must be a positive finite number"),
+    ({"batch_per_gpu": "32"}, "batch_per_gpu must be a positive finite number, not '32'"),
+    ({"model": "resnet152"}, "model 'resnet152' is not one of"),
+    ({"precision": "fp8"}, "precision 'fp8' is not one of fp32, tf32, amp, bf16"),
+    ({"model": "mlp"}, "no native run of mlp in"),
+    (None, "cannot be read as JSON"),
+])
+def test_a_bad_cluster_file_is_one_line_and_exit_2_and_writes_nothing(change, says, tmp_path, monkeypatch, capsys):
+    doc = dict(CLUSTER)
+    for key, value in (change or {}).items():
+        if value is None:
+            del doc[key]
+        else:
+            doc[key] = value
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(doc) if change else "{not json")
+    before = tree(tmp_path)
+    code, err = run(["--cluster", str(path), "--output", str(tmp_path / "out")], monkeypatch, capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and says in lines[0], err
+    assert tree(tmp_path) == before
+
+
+def test_an_output_that_is_a_file_or_a_missing_cluster_file_is_refused(tmp_path, monkeypatch, capsys):
+    (tmp_path / "cluster.json").write_text(json.dumps(CLUSTER))
+    (tmp_path / "taken").write_text("")
+    code, err = run(["--cluster", str(tmp_path / "cluster.json"), "--output", str(tmp_path / "taken")],
+                    monkeypatch, capsys)
+    assert code == 2 and "--output" in err and "is a file" in err
+    code, err = run(["--cluster", str(tmp_path / "nowhere.json"), "--output", str(tmp_path / "out")],
+                    monkeypatch, capsys)
+    assert code == 2 and "does not exist" in err and not (tmp_path / "out").exists()
+
+
+def test_a_cluster_file_gives_each_backend_its_rate_and_scaling_and_the_ratio_with_its_range(tmp_path, monkeypatch,
+                                                                                           capsys):
+    (tmp_path / "cluster.json").write_text(json.dumps(CLUSTER))
+    code, err = run(["--cluster", str(tmp_path / "cluster.json"), "--output", str(tmp_path / "out")],
+                    monkeypatch, capsys)
+    assert code == 0, err
+    made = json.loads((tmp_path / "out" / "prediction.json").read_text())
+    for backend in ("native", "horovod"):
+        rate = made[backend]["images_per_s_per_gpu"]
+        assert made[backend]["scaling_efficiency"] == pytest.approx(rate / CLUSTER["one_gpu_images_per_s"])
+        assert 0 < made[backend]["scaling_efficiency"] <= 1
+    ratio = made["native_over_horovod"]
+    assert ratio["low"] <= ratio["value"] <= ratio["high"]
+    assert ratio["value"] == pytest.approx(made["native"]["images_per_s_per_gpu"]
+                                           / made["horovod"]["images_per_s_per_gpu"])
+    assert made["deciding"] and made["cluster"] == CLUSTER
+    page = (tmp_path / "out" / "prediction.md").read_text()
+    assert f"native ÷ Horovod: {ratio['value']:.3f}" in page and "docs/results/published-gpu/check.md" in page
+
+
+def test_one_gpu_is_its_own_figure_and_the_causes_move_the_way_docs_cluster_md_says():
+    alone = predict(nodes=1, gpus_per_node=1)
+    assert alone["native"]["scaling_efficiency"] == pytest.approx(1.0)
+    assert alone["native_over_horovod"]["value"] == pytest.approx(1.0)
+    base = predict()
+    # a GPU twice as fast: Horovod's step end, host time, weighs twice as much of a step half as long
+    faster = predict(one_gpu_images_per_s=2 * CLUSTER["one_gpu_images_per_s"])
+    assert faster["native_over_horovod"]["value"] > base["native_over_horovod"]["value"] > 1
+    # a link a quarter as fast: both backends scale worse, the averaging beside backward costing each more
+    slower = predict(inter_node_gbit_s=CLUSTER["inter_node_gbit_s"] / 4)
+    for backend in ("native", "horovod"):
+        assert slower[backend]["scaling_efficiency"] < base[backend]["scaling_efficiency"]
+
+
+def test_the_fit_sees_the_calibration_rows_alone(tmp_path):
+    folder = tmp_path / "published"
+    shutil.copytree(PUBLISHED, folder)
+    rows = (folder / "rows.csv").read_text().splitlines()
+    # halve every validation row's Horovod figure (the last columns: DDP's, Horovod's, the part): the constants
+    # stay, the validation errors move
+    cells = [line.rsplit(",", 3) for line in rows[1:]]
+    edited = [rows[0]] + [(f"{c[0]},{c[1]},{float(c[2]) / 2:.2f},{c[3]}" if c[3] == "validation" else line)
+                          for line, c in zip(rows[1:], cells)]
+    (folder / "rows.csv").write_text("\n".join(edited) + "\n")
+    ours, theirs = published_check.check(folder), published_check.check(PUBLISHED)
+    assert ours["fitted"] == theirs["fitted"]
+    assert ours["validation"]["worst"]["ratio_error"] > theirs["validation"]["worst"]["ratio_error"]
+
+
+def test_the_committed_check_is_made_again_from_the_committed_rows(monkeypatch):
+    monkeypatch.chdir(REPO)
+    committed = json.loads((PUBLISHED / "check.json").read_text())
+    monkeypatch.setattr(sys, "argv", ["published_check", "docs/results/published-gpu"])
+    made = published_check.check(PUBLISHED)
+    assert made["fitted"] == committed["fitted"] and made["rows"] == committed["rows"]
+    assert published_check.markdown(committed) == (PUBLISHED / "check.md").read_text()
+    calibration = {r["id"] for r in committed["rows"] if r["part"] == "calibration"}
+    assert calibration == {r["id"] for r in committed["rows"] if r["id"].startswith("mahti")}
+
+
+def test_the_committed_host_costs_page_is_its_json_and_docs_cluster_md_says_its_figures():
+    spec = importlib.util.spec_from_file_location("host_costs", REPO / "tools" / "host_costs.py")
+    host_costs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host_costs)
+    doc = json.loads((REPO / "docs" / "results" / "host-costs" / host_costs.FILE).read_text())
+    assert host_costs.markdown(doc) == (REPO / "docs" / "results" / "host-costs" / "host-costs.md").read_text()
+    summary = doc["summary"]
+    said = " ".join((REPO / "docs" / "cluster.md").read_text().split())
+    ms = {b: [1000 * summary[b][f"step_end_s_at_{n}"]["mean"] for n in doc["tensors"]] for b in summary}
+    assert (f"costs {ms['horovod'][0]:.2f}, {ms['horovod'][1]:.2f} and {ms['horovod'][2]:.1f} ms beyond the plain "
+            f"step, DDP's {ms['native'][0]:.2f}, {ms['native'][1]:.2f} and {ms['native'][2]:.2f}") in said
+    hook = {b: summary[b]["hook_s_per_gradient"] for b in summary}
+    assert (f"Horovod {1e6 * hook['horovod']['mean']:.0f} µs ({1e6 * hook['horovod']['low']:.0f}-"
+            f"{1e6 * hook['horovod']['high']:.0f}) during backward and DDP {1e6 * hook['native']['mean']:.0f} "
+            f"({1e6 * hook['native']['low']:.0f}-{1e6 * hook['native']['high']:.0f})") in said
