@@ -50,6 +50,17 @@ CHECK = Path(__file__).resolve().parent.parent / "docs" / "results" / "published
 HOST_COSTS = Path(__file__).resolve().parent.parent / "docs" / "results" / "host-costs" / "host-costs.json"
 
 
+LARGEST = 1e9
+"""No input of a cluster file is larger: past it a count overflows before anything is predicted."""
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return False
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Cluster:
     """A team's cluster, as `python -m experiments.predict_gpus --cluster FILE` reads it."""
@@ -80,9 +91,10 @@ class Cluster:
             value = getattr(self, f.name)
             if f.name in ("model", "precision"):
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value <= 0:
-                raise ConfigError(f"{f.name} must be a positive finite number, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value <= 0:
+                raise ConfigError(f"{f.name} must be a positive finite number, not {str(value)[:20]!s}")
+            if value > LARGEST:
+                raise ConfigError(f"{f.name} {value:g} is beyond any cluster's: at most {LARGEST:g}")
             if f.type in (int, "int") and value != int(value):
                 raise ConfigError(f"{f.name} must be a whole number, not {value!r}")
 
@@ -235,4 +247,5 @@ def deciding(parts: dict[str, Any]) -> str:
     name, value = max(terms.items(), key=lambda kv: abs(kv[1]))
     if abs(horovod["step_s"] - native["step_s"]) < 1e-4 * native["step_s"]:
         return "nothing: the two steps are the same within 0.01 %"
-    return f"{name}: {1000 * value:+.2f} ms a step of {1000 * native['step_s']:.1f} ms"
+    return (f"{name}: Horovod's step {1000 * value:+.2f} ms against DDP's of {1000 * native['step_s']:.1f} ms "
+            f"(+ where Horovod pays more)")

@@ -42,10 +42,12 @@ def run(argv, monkeypatch, capsys):
     ({"one_gpu_images_per_s": -3}, "one_gpu_images_per_s must be a positive finite number"),
     ({"inter_node_gbit_s": math.nan}, "inter_node_gbit_s must be a positive finite number, not nan"),
     ({"intra_node_busbw_gbyte_s": math.inf}, "intra_node_busbw_gbyte_s must be a positive finite number"),
-    ({"batch_per_gpu": "32"}, "batch_per_gpu must be a positive finite number, not '32'"),
+    ({"batch_per_gpu": "32"}, "batch_per_gpu must be a positive finite number, not 32"),
     ({"model": "resnet152"}, "model 'resnet152' is not one of"),
     ({"precision": "fp8"}, "precision 'fp8' is not one of fp32, tf32, amp, bf16"),
-    ({"model": "mlp"}, "no native run of mlp in"),
+    ({"model": "mlp"}, "no backward of mlp is recorded in"),
+    ({"nodes": 1e308}, "nodes 1e+308 is beyond any cluster's"),
+    ({"nodes": 10 ** 400}, "nodes must be a positive finite number"),
     (None, "cannot be read as JSON"),
 ])
 def test_a_bad_cluster_file_is_one_line_and_exit_2_and_writes_nothing(change, says, tmp_path, monkeypatch, capsys):
@@ -73,6 +75,9 @@ def test_an_output_that_is_a_file_or_a_missing_cluster_file_is_refused(tmp_path,
     code, err = run(["--cluster", str(tmp_path / "nowhere.json"), "--output", str(tmp_path / "out")],
                     monkeypatch, capsys)
     assert code == 2 and "does not exist" in err and not (tmp_path / "out").exists()
+    monkeypatch.chdir(tmp_path)
+    code, err = run(["--cluster", "cluster.json", "--output", ""], monkeypatch, capsys)
+    assert code == 2 and "is empty: name a folder" in err and sorted(tree(tmp_path)) == ["cluster.json", "taken"]
 
 
 def test_a_cluster_file_gives_each_backend_its_rate_and_scaling_and_the_ratio_with_its_range(tmp_path, monkeypatch,
@@ -150,3 +155,14 @@ def test_the_committed_host_costs_page_is_its_json_and_docs_cluster_md_says_its_
     assert (f"Horovod {1e6 * hook['horovod']['mean']:.0f} µs ({1e6 * hook['horovod']['low']:.0f}-"
             f"{1e6 * hook['horovod']['high']:.0f}) during backward and DDP {1e6 * hook['native']['mean']:.0f} "
             f"({1e6 * hook['native']['low']:.0f}-{1e6 * hook['native']['high']:.0f})") in said
+
+
+def test_the_grid_refuses_an_output_that_is_a_file_and_a_missing_validation_in_one_line(tmp_path, monkeypatch,
+                                                                                      capsys):
+    (tmp_path / "taken").write_text("")
+    code, err = run(["--output", str(tmp_path / "taken")], monkeypatch, capsys)
+    assert code == 2 and "is a file" in err and len(err.strip().splitlines()) == 1
+    code, err = run(["--validation", str(tmp_path / "nowhere.md"), "--output", str(tmp_path / "out")],
+                    monkeypatch, capsys)
+    assert code == 2 and "--validation" in err and "is not a file" in err and len(err.strip().splitlines()) == 1
+    assert sorted(tree(tmp_path)) == ["taken"]

@@ -40,14 +40,40 @@ def test_the_report_and_its_picture_are_made_again_from_the_json_alone(tmp_path)
     assert predict_gpus.render(tmp_path / "nowhere") is None
 
 
-@pytest.mark.parametrize("predicted, measured, interval, passed", [
-    (10.5, 10.0, None, True),  # within 10 %
-    (12.0, 10.0, None, False),
-    (12.0, 10.0, (8.0, 13.0), True),  # inside the measured interval, wider than 10 %
-    (-9.5, -10.0, None, True),
+@pytest.mark.parametrize("predicted, measured, interval, unit, precise, passed", [
+    (10.5, 10.0, (9.5, 10.5), "ms", True, True),  # within 10 %, measured to ±5 %
+    (12.0, 10.0, (9.5, 10.5), "ms", True, False),
+    (12.0, 10.0, (8.0, 13.0), "ms", False, False),  # inside a wide interval: not judged, never a match
+    (0.9, 0.2, (-0.6, 1.0), "ms", True, True),  # near 0: within the 1 ms floor, measured to ±0.8 ms
+    (1.5, 0.2, (-0.6, 1.0), "ms", True, False),
+    (0.9, 0.2, None, "ms", False, False),  # one run: no interval, not judged
+    (3.4, 3.0, (3.0, 3.0), "count", True, False),  # a count has no floor
 ])
-def test_the_bar_is_10_percent_or_the_measured_interval_where_wider(predicted, measured, interval, passed):
-    assert schedule_check.within(predicted, measured, interval) is passed
+def test_a_point_is_judged_only_where_measured_precisely_and_matches_within_10_percent_or_1_ms(
+        predicted, measured, interval, unit, precise, passed):
+    point = schedule_check.Point("s", "a", "w", measured, interval, predicted, None, predicted, 3, unit)
+    assert point.precise is precise and point.passed is passed and point.old_passed is passed
+
+
+def test_the_pages_say_the_check_s_counts_and_the_prediction_s_span():
+    import re
+
+    from tests.helpers import REPO
+
+    headline = (REPO / "docs" / "results" / "schedule-check.md").read_text().splitlines()[2]
+    alone, judged = re.search(r"matched (\d+) of (\d+) precisely measured waits", headline).groups()
+    in_step = re.search(r"and (\d+) of \d+ under the link", headline)[1]
+    old = re.search(r"nothing hidden\), (\d+) of", headline)[1]
+    total = re.search(r"of the (\d+) waits", headline)[1]
+    cluster = " ".join((REPO / "docs" / "cluster.md").read_text().split())
+    assert (f"Of the {total} waits (each backend's, and native − Horovod's) only {judged} were: the replay matched "
+            f"{alone} of {judged} with the link of the averaging alone, {in_step} of {judged} with the link") in cluster
+    assert f"and the old model {old} of {judged}" in cluster
+    findings = " ".join((REPO / "docs" / "findings.md").read_text().split())
+    assert f"{judged} of {total} were measured precisely enough" in findings
+    rows = json.loads((REPO / "docs" / "results" / "gpu-prediction" / predict_gpus.FILE).read_text())["rows"]
+    ratios = [r["ratio"] for r in rows if r["gpus"] >= 8]
+    assert f"native ÷ Horovod {min(ratios):.3f}-{max(ratios):.3f}" in findings
 
 
 def test_the_committed_check_and_prediction_are_made_again_byte_for_byte(tmp_path, monkeypatch):
