@@ -11,6 +11,7 @@ within FLOOR_MS of it. Points measured less precisely are listed as such and cou
 """
 
 import logging
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,7 +196,7 @@ def points(folder: Path) -> list[Point]:
     out = []
     for n in comparison["settings"]["workers"]:
         finished = runs.finished(comparison, n)
-        docs = {(arm, r["round"]): (r, results.read(folder / r["results"])) for arm in compared
+        docs = {(arm, r["round"]): (r, _results(folder, r, config)) for arm in compared
                 for r in finished.get(arm, [])}
         links = {key: in_step_link(doc, n) for key, (_, doc) in docs.items() if doc.get("schedule")}
         waits: dict[str, dict[int, tuple[float, tuple]]] = {}
@@ -234,6 +235,35 @@ def points(folder: Path) -> list[Point]:
     return out
 
 
+def _results(folder: Path, run: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """A run's results.json, checked: whole, of the comparison's own model and backend, its schedule whole and
+    finite; else one line naming the file."""
+    path = folder / run["results"]
+    try:
+        doc = results.read(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist: {folder} holds its comparison.json without that run's folder (a "
+                          "snapshot may keep the summary alone), and the check needs each run's results.json") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:  # json's errors are ValueErrors too
+        raise ConfigError(f"{path} cannot be read as a run's results ({error}); run the comparison again") from None
+    said = {"model": doc["config"].get("model"), "backend": doc.get("backend")}
+    wanted = {"model": config["model"], "backend": run["backend"]}
+    if said != wanted:
+        raise ConfigError(f"{path} is a run of {said['model']} under {said['backend']}, in a comparison of "
+                          f"{wanted['model']} whose run {run['arm']} it stands for: check only folders as compare "
+                          "wrote them")
+    schedule = doc.get("schedule")
+    if schedule:
+        sizes = schedule.get("gradient_bytes") or []
+        ready = schedule.get("ready_s") or {}
+        numbers = [*ready.values(), schedule.get("wait_s")]
+        if any(int(i) >= len(sizes) for i in ready) or not all(
+                isinstance(v, (int, float)) and math.isfinite(v) for v in numbers):
+            raise ConfigError(f"{path}'s schedule is cut short or holds a number that is not finite (ready_s, "
+                              "wait_s); run the comparison again")
+    return doc
+
+
 def _point(setting: str, arm: str, what: str, values: dict[int, list[float | None]], unit: str = "ms",
            scale: float = 1000) -> Point:
     """From each round's (measured, replayed, replayed contended, old model) seconds (or counts, `scale` 1): the
@@ -268,7 +298,7 @@ def _options(config: dict[str, Any]) -> list[str]:
 
 def folders(given: list[str]) -> list[Path]:
     """Each comparison folder: the folders given, or their settings' (a grid)."""
-    out = []
+    out: list[Path] = []
     for name in given:
         path = Path(name)
         found = [path] if (path / runs.COMPARISON).is_file() else sorted(
@@ -276,6 +306,10 @@ def folders(given: list[str]) -> list[Path]:
         if not found:
             raise ConfigError(f"{name} holds no {runs.COMPARISON}, nor do its subfolders; pass folders written by "
                               "python -m ray_jobs.compare")
+        seen = {p.resolve() for p in out}
+        if twice := [p for p in found if p.resolve() in seen]:
+            raise ConfigError(f"{twice[0]} is given twice (itself, or inside another folder given): each comparison "
+                              "counts once; name it once")
         out += found
     return out
 
@@ -289,7 +323,8 @@ def launches_apart(folder: Path) -> list[list[str]]:
     for n in comparison["settings"]["workers"]:
         launches = [launch for found in runs.finished(comparison, n).values() for run in found
                     if run["backend"] == "horovod"
-                    for launch in fused_launches(results.read(folder / run["results"]).get("schedule") or {})]
+                    for launch in fused_launches(_results(folder, run, comparison["settings"]["config"])
+                                                 .get("schedule") or {})]
         if launches:
             def mean(values: list[float]) -> str:
                 return f"{1000 * statistics.fmean(values):.1f}" if values else "—"

@@ -2,10 +2,15 @@
 on inputs made by hand: what moves the waits, the range, the bar, and the report rendered from its JSON alone."""
 
 import json
+import re
+import shutil
+import sys
 
 import pytest
 
 from experiments import predict_gpus, schedule_check
+from runtime import cli
+from tests.helpers import REPO
 
 # A backward of 4 gradients of 25 MB ready evenly through it, the last at its end; a step 20/70/10 % forward,
 # backward and optimizer.
@@ -56,10 +61,6 @@ def test_a_point_is_judged_only_where_measured_precisely_and_matches_within_10_p
 
 
 def test_the_pages_say_the_check_s_counts_and_the_prediction_s_span():
-    import re
-
-    from tests.helpers import REPO
-
     headline = (REPO / "docs" / "results" / "schedule-check.md").read_text().splitlines()[2]
     alone, judged = re.search(r"matched (\d+) of (\d+) precisely measured waits", headline).groups()
     in_step = re.search(r"and (\d+) of \d+ under the link", headline)[1]
@@ -96,3 +97,45 @@ def test_the_committed_check_and_prediction_are_made_again_byte_for_byte(tmp_pat
     assert made["rows"] == json.loads((prediction / predict_gpus.FILE).read_text())["rows"]
     assert (tmp_path / "gpu-prediction.md").read_text().split("\n", 3)[3] == \
         (prediction / "gpu-prediction.md").read_text().split("\n", 3)[3]  # all but the command, which names --output
+
+
+def _damaged(tmp_path, damage):
+    folder = tmp_path / "model-convnet"
+    shutil.copytree(REPO / "docs" / "results" / "schedule-models" / "model-convnet", folder)
+    path = folder / "native-torchrun-2w-r1" / "results.json"
+    if damage == "another model":
+        shutil.copy(REPO / "docs" / "results" / "schedule-models" / "model-resnet18" / "native-torchrun-2w-r1" /
+                    "results.json", path)
+    elif damage == "cut mid-file":
+        path.write_text(path.read_text()[:5000])
+    elif damage == "run folder absent":
+        shutil.rmtree(path.parent)
+    elif damage != "given twice":
+        doc = json.loads(path.read_text())
+        if damage == "schedule cut short":
+            doc["schedule"]["gradient_bytes"] = doc["schedule"]["gradient_bytes"][:2]
+        elif damage == "NaN in ready_s":
+            doc["schedule"]["ready_s"]["0"] = float("nan")
+        else:
+            doc["schedule"]["wait_s"] = float("nan")
+        path.write_text(json.dumps(doc))
+    return folder
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("another model", "is a run of resnet18 under native, in a comparison of convnet"),
+    ("cut mid-file", "cannot be read as a run's results"),
+    ("run folder absent", "without that run's folder"),
+    ("schedule cut short", "schedule is cut short or holds a number that is not finite"),
+    ("NaN in ready_s", "schedule is cut short or holds a number that is not finite"),
+    ("NaN in wait_s", "schedule is cut short or holds a number that is not finite"),
+    ("given twice", "is given twice"),
+])
+def test_a_damaged_or_doubled_folder_is_refused_in_one_line(damage, says, tmp_path, monkeypatch, capsys):
+    folder = _damaged(tmp_path, damage)
+    argv = [str(folder), str(tmp_path)] if damage == "given twice" else [str(folder)]
+    monkeypatch.setattr(sys, "argv", ["schedule_check", *argv])
+    with pytest.raises(SystemExit) as done:
+        cli.run(schedule_check.main)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and len(err.strip().splitlines()) == 1 and says in err, err

@@ -15,13 +15,13 @@ import argparse
 import json
 import logging
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from analysis import stats, text
+from contract import results
 from contract.config import ConfigError
 from runtime import cli
 
@@ -105,14 +105,6 @@ def markdown(doc: dict[str, object]) -> str:
         "experiments/gpu_cluster.py adds it to Horovod's GPU step.", ""])
 
 
-def cpu() -> str:
-    """The processor's name, as the kernel gives it."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
-
-
 def parser() -> cli.Parser:
     out = cli.Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     out.add_argument("--rounds", type=int, default=4)
@@ -131,7 +123,7 @@ def main() -> int:
             rounds[backend].append(per_round(launch(backend, TENSORS, args.steps)))
             log.info("round %d %s: %s", k + 1, backend, rounds[backend][-1])
     doc = {"schema_version": 1, "command": "python tools/host_costs.py " + " ".join(sys.argv[1:]),
-           "machine": f"{os.cpu_count()} cores, {cpu()}",
+           "machine": f"{os.cpu_count()} cores, {results.environment()['cpu']}",
            "date": time.strftime("%Y-%m-%d"), "rounds": args.rounds, "steps": args.steps, "tensors": list(TENSORS),
            "summary": summarize(rounds)}
     args.output.mkdir(parents=True, exist_ok=True)
