@@ -14,8 +14,8 @@ the network cut (`unshare -n`, loopback up):
 2. **check**: `python -m ray_jobs.gpu_check --cpu-stand-in`: Horovod built with NCCL from the sdist for sm_90
    exactly as on the GPU machine, `hvd.nccl_built()` checked, then the check's whole plan, CPU runs in place of GPU
    ones, and what the exit code does not say (as_on_the_gpu);
-3. **ray**: the stripped Ray installed into a folder of its own (pip --no-index --target, as a device call installs
-   it), and the check's Ray arm (`--launchers ray`: TorchTrainer and RayExecutor) from the same environment.
+3. **ray**: the stripped Ray installed into a folder of its own (pip --no-index --target, as tools/gpu_run.sh
+   installs it), and the check's Ray arm (`--launchers ray`: TorchTrainer and RayExecutor) from the same environment.
 
 Prints each step's time and result, and the logs' folder. Exit 1 when a step fails (its log's last lines say why);
 exit 2, in one line and before anything is fetched, where the network cannot be cut here (unshare -n needs root).
@@ -62,7 +62,7 @@ simplejson six sortedcontainers statsmodels sympy tabulate tensorboard tensorboa
 threadpoolctl tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics
 torchvision tqdm transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig
 werkzeug wheel wrapt xarray xxhash yarl zipp""".split()
-"""The Python packages of the GPU machine's image ('cuda'), as the device tool's KINDS.md lists them (read 2026-11-17).
+"""The Python packages of the GPU machine's image ('cuda'), as that machine's package list gave them (read 2026-11-17).
 Its Python is 3.12 with torch 2.11; the rehearsal's are this machine's (3.11, torch 2.15), the packages the same."""
 OFFLINE = 'ip link set lo up && exec "$@"'
 """Inside `unshare -n`: a network namespace of its own with only loopback, brought up (gloo and Ray talk over it)."""
@@ -171,7 +171,8 @@ def gpu_like_env(env: Path) -> bool:
 
 
 RESULTS_LIMIT_MB = 16
-"""What a check's results may weigh: a device call brings back at most 16 MiB a file (a tar of the folder)."""
+"""What a check's results may weigh: 16 MiB a file (a tar of the folder), what a copy back from an offline GPU machine
+may hold."""
 
 
 def as_on_the_gpu(results: Path) -> bool:

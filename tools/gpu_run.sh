@@ -1,19 +1,45 @@
 #!/usr/bin/env bash
-# The GPU check's run on a lent GPU machine, in one device call: carry .gpu (make gpu-bundle), then
-#   bash tools/gpu_run.sh            # $OUT: results.tgz and the two logs (docs/install.md, "The GPU check, offline")
+# The GPU check's first run on an offline GPU machine, from the source tree with .gpu beside it (make gpu-bundle):
+#   bash tools/gpu_run.sh OUTPUT_DIR [WORK_DIR]   # results.tgz (WORK_DIR's check folders, /tmp/gpu unless given),
+#                                                # the logs and steps.txt (docs/install.md, "The GPU check, offline")
 # Horovod's build and the default check first (within their 7-minute budget), then the Ray arm on resnet50.
+# Every step runs; steps.txt names each one's exit code, and the script exits 1 naming the steps that failed.
 set -uo pipefail
-out=${OUT:-/tmp/gpu-out}
-mkdir -p "$out" /tmp/gpu
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" 2>&1
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/ray/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
-export HOROVOD_SDIST=$(ls .gpu/horovod-*.tar.gz)
-SECONDS=0
-python3 -m ray_jobs.gpu_check --output-dir /tmp/gpu/check 2>&1 | tee "$out/check.log"
-echo "check: ${SECONDS} s" | tee -a "$out/check.log"
-SECONDS=0
-python3 -m ray_jobs.gpu_check --launchers ray --models resnet50 --amp none,bf16 --budget-min 3 \
-    --output-dir /tmp/gpu/ray 2>&1 | tee "$out/ray.log"
-echo "ray arm: ${SECONDS} s" | tee -a "$out/ray.log"
-tar czf "$out/results.tgz" -C /tmp gpu
+out=${1:?usage: bash tools/gpu_run.sh OUTPUT_DIR [WORK_DIR]}
+work=${2:-/tmp/gpu}
+mkdir -p "$out" "$work" || exit 1
+: > "$out/steps.txt"
+failed=()
+
+step() {  # step NAME LOG COMMAND...: the command's output to LOG and the terminal, its exit code to steps.txt
+    local name=$1 log=$2 code
+    shift 2
+    SECONDS=0
+    "$@" 2>&1 | tee -a "$log"  # pipefail: the pipeline's status is the command's
+    code=$?
+    echo "$name: exit $code, ${SECONDS} s" | tee -a "$out/steps.txt"
+    ((code == 0)) || failed+=("$name")
+    return "$code"
+}
+
+step gpu "$out/gpu.txt" nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+step ray-install "$out/install.log" python3 -m pip install -q --no-index --no-deps --target "$work/site" \
+    .gpu/ray/*.whl
+installed=$?
+export PYTHONPATH=$work/site:$PWD PATH=$work/site/bin:$PATH PYTHONUNBUFFERED=1
+sdist=(.gpu/horovod-*.tar.gz)
+export HOROVOD_SDIST=${sdist[0]}
+step check "$out/check.log" python3 -m ray_jobs.gpu_check --output-dir "$work/check"
+if ((installed == 0)); then
+    step ray-arm "$out/ray.log" python3 -m ray_jobs.gpu_check --launchers ray --models resnet50 --amp none,bf16 \
+        --budget-min 3 --output-dir "$work/ray"
+else
+    echo "ray-arm: not run (Ray did not install)" | tee -a "$out/steps.txt"
+    failed+=(ray-arm)
+fi
+step results "$out/steps.txt" tar czf "$out/results.tgz" --exclude site -C "$(dirname "$work")" "$(basename "$work")"
+if ((${#failed[@]})); then
+    echo "failed: ${failed[*]} (each step's exit code: $out/steps.txt)" | tee -a "$out/steps.txt" >&2
+    exit 1
+fi
+echo "every step ok: $out/steps.txt"

@@ -1,6 +1,6 @@
 """Ray for a machine with no network and no Ray (the GPU machine): the package index's wheel with what the project's
 Python does not use taken out, recompressed, beside the wheels of the dependencies that machine lacks, in one folder
-that fits, with the source tree, in the 64 MiB a device call carries.
+that fits, with the source tree, in 64 MiB, what a copy to an offline GPU machine may hold.
 
     python3 tools/ray_bundle.py --python 3.12 --out .gpu/ray      # for the GPU machine (Python 3.12)
     python3 tools/ray_bundle.py --python 3.11 --out /tmp/ray-311  # for a rehearsal here (make gpu-rehearsal)
@@ -26,8 +26,8 @@ STRIPPED = ("ray/jars/", "ray/dashboard/client/build/", "ray/rllib/", "ray/serve
 MISSING_THERE = ("jsonschema==4.26.0", "jsonschema-specifications==2025.9.1", "referencing==0.37.0",
                  "rpds-py==2026.9.1", "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0",
                  "typing-inspection==0.4.5", "tensorboardX==2.6.5")
-"""What Ray core and Ray Train import that the GPU machine's package list (the device tool's KINDS.md) lacks, in the
-versions .venv holds beside Ray 2.60; the rest (click, filelock, msgpack, protobuf, pyyaml, requests, pandas, pyarrow,
+"""What Ray core and Ray Train import that the GPU machine's package list (tools/gpu_rehearsal.py's GPU_MACHINE, read
+2026-11-17) lacks, in the versions .venv holds beside Ray 2.60; the rest (click, filelock, msgpack, protobuf, pyyaml, requests, pandas, pyarrow,
 fsspec) is there."""
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 LIMIT_MB = 64 * 2**20 / 1e6
@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         strip(wheel, out / wheel.name)
     download(args.python, out, list(MISSING_THERE))
     size = sum(path.stat().st_size for path in out.iterdir())
-    print(f"{out}: {len(list(out.iterdir()))} wheels, {size / 1e6:.1f} MB (a device call carries {LIMIT_MB:.1f} MB "
-          "with the source tree)")
+    print(f"{out}: {len(list(out.iterdir()))} wheels, {size / 1e6:.1f} MB (a copy to an offline GPU machine holds "
+          f"{LIMIT_MB:.1f} MB with the source tree)")
     return 0
 
 

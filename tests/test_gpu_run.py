@@ -1,0 +1,47 @@
+"""tools/gpu_run.sh, the GPU check's first run on an offline GPU machine: it cannot report success when a step failed.
+Its commands are stand-ins on PATH here (nvidia-smi, python3), each exiting as the case says."""
+
+import os
+import subprocess
+
+import pytest
+
+from tests.helpers import REPO
+
+STAND_IN = """#!/usr/bin/env bash
+case "$*" in
+  *"pip install"*) exit "${PIP_CODE:-0}" ;;
+  *"--launchers ray"*) mkdir -p "${@: -1}" && exit "${RAY_CODE:-0}" ;;
+  *) mkdir -p "${@: -1}" && exit "${CHECK_CODE:-0}" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("codes, exit_code, failed", [
+    ({}, 0, None),
+    ({"CHECK_CODE": "3"}, 1, "failed: check"),
+    ({"RAY_CODE": "4"}, 1, "failed: ray-arm"),
+    ({"PIP_CODE": "1"}, 1, "failed: ray-install ray-arm"),
+])
+def test_every_step_runs_and_a_failed_one_makes_the_run_fail_naming_it(codes, exit_code, failed, tmp_path):
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "python3").write_text(STAND_IN)
+    (bin_ / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'NVIDIA H200, 580.00, 143771 MiB'\n")
+    for tool in bin_.iterdir():
+        tool.chmod(0o755)
+    out, work = tmp_path / "out", tmp_path / "work"
+    done = subprocess.run(["bash", str(REPO / "tools" / "gpu_run.sh"), str(out), str(work)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **codes, "PATH": f"{bin_}:{os.environ['PATH']}"})
+    steps = (out / "steps.txt").read_text()
+    assert done.returncode == exit_code, done.stderr
+    for name, code in (("gpu", "0"), ("ray-install", codes.get("PIP_CODE", "0")),
+                       ("check", codes.get("CHECK_CODE", "0")), ("results", "0")):
+        assert f"{name}: exit {code}," in steps, steps
+    if failed:
+        assert failed in done.stderr and failed in steps
+        assert "every step ok" not in done.stdout
+    else:
+        assert "ray-arm: exit 0," in steps and "every step ok" in done.stdout
+    assert (out / "results.tgz").stat().st_size > 0
