@@ -27,8 +27,8 @@ MISSING_THERE = ("jsonschema==4.26.0", "jsonschema-specifications==2025.9.1", "r
                  "rpds-py==2026.9.1", "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0",
                  "typing-inspection==0.4.5", "tensorboardX==2.6.5")
 """What Ray core and Ray Train import that the GPU machine's package list (tools/gpu_rehearsal.py's GPU_MACHINE, read
-2026-11-17) lacks, in the versions .venv holds beside Ray 2.60; the rest (click, filelock, msgpack, protobuf, pyyaml, requests, pandas, pyarrow,
-fsspec) is there."""
+2026-11-17) lacks, in the versions .venv holds beside Ray 2.60; the rest (click, filelock, msgpack, protobuf, pyyaml,
+requests, pandas, pyarrow, fsspec) is there."""
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 LIMIT_MB = 64 * 2**20 / 1e6
 
