@@ -188,11 +188,10 @@ def steps(cluster: Cluster, shape: dict[str, Any], fitted: Constants, measured: 
     horovod = schedule_replay.horovod_over_phases(grads, forward + backward, net,
                                                   negotiation_s=NEGOTIATION_S if cluster.gpus > 1 else 0.0)
     # Horovod registers its hooks, and so walks handles at the step's end, only past one rank (optimizer.py)
-    block = (fitted.step_end_scale * host_share * measured.at(len(grads))
-             if cluster.gpus > 1 else 0.0)
+    alone = cluster.gpus == 1  # one rank averages nothing: the one-GPU figure is its step, whatever DDP adds in it
+    block = 0.0 if alone else fitted.step_end_scale * host_share * measured.at(len(grads))
     parts = {}
     for name, schedule, extra in (("native", native, 0.0), ("horovod", horovod, block + copy_s)):
-        alone = cluster.gpus == 1  # one rank averages nothing: DDP skips its reducer's work, Horovod its hooks
         overlap = 0.0 if alone else fitted.overlap_cost * overlapped_s(schedule)
         wait = 0.0 if alone else schedule.wait_s
         total = one + wait + overlap + extra
