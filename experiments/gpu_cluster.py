@@ -52,6 +52,8 @@ HOST_COSTS = Path(__file__).resolve().parent.parent / "docs" / "results" / "host
 
 LARGEST = 1e9
 """No input of a cluster file is larger: past it a count overflows before anything is predicted."""
+MAX_STEP_S = 3600.0
+"""A one-GPU step longer than an hour is a slip in the batch or the rate, and past it the replay's times overflow."""
 
 
 def _finite(value: int | float) -> bool:
@@ -83,6 +85,9 @@ class Cluster:
     """A node's network link, Gbit/s (all its NICs together)."""
 
     def __post_init__(self) -> None:
+        for name in ("model", "precision"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name} must be a name, not {getattr(self, name)!r}")
         if self.model not in models.MODELS:
             raise ConfigError(f"model {self.model!r} is not one of {', '.join(models.MODELS)}")
         if self.precision not in PRECISIONS:
@@ -95,8 +100,13 @@ class Cluster:
                 raise ConfigError(f"{f.name} must be a positive finite number, not {str(value)[:20]!s}")
             if value > LARGEST:
                 raise ConfigError(f"{f.name} {value:g} is beyond any cluster's: at most {LARGEST:g}")
-            if f.type in (int, "int") and value != int(value):
-                raise ConfigError(f"{f.name} must be a whole number, not {value!r}")
+            if f.type in (int, "int"):
+                if value != int(value):
+                    raise ConfigError(f"{f.name} must be a whole number, not {value!r}")
+                object.__setattr__(self, f.name, int(value))  # 2.0 nodes are 2 nodes
+        if self.batch_per_gpu / self.one_gpu_images_per_s > MAX_STEP_S:
+            raise ConfigError(f"batch_per_gpu {self.batch_per_gpu} at one_gpu_images_per_s "
+                              f"{self.one_gpu_images_per_s:g} is a step of more than {MAX_STEP_S:g} s: check both")
 
     @property
     def gpus(self) -> int:
@@ -132,7 +142,7 @@ class Host:
 
     def at(self, gradients: int) -> float:
         """Seconds at `gradients`: straight lines between the measured counts, the nearest line's past them, never
-        below 0 (the cost is not linear in the count: its per-gradient share grows with it)."""
+        below 0."""
         (n0, y0), (n1, y1) = next(((a, b) for a, b in zip(self.points, self.points[1:]) if gradients <= b[0]),
                                   self.points[-2:])
         return max(0.0, y0 + (y1 - y0) * (gradients - n0) / (n1 - n0))
@@ -246,5 +256,5 @@ def deciding(parts: dict[str, Any]) -> str:
     name, value = max(terms.items(), key=lambda kv: abs(kv[1]))
     if abs(horovod["step_s"] - native["step_s"]) < 1e-4 * native["step_s"]:
         return "nothing: the two steps are the same within 0.01 %"
-    return (f"{name}: Horovod's step {1000 * value:+.2f} ms against DDP's of {1000 * native['step_s']:.1f} ms "
-            f"(+ where Horovod pays more)")
+    return (f"{name}, {1000 * value:+.2f} ms to Horovod's step beside DDP's (+ where Horovod pays more; the steps "
+            f"{1000 * horovod['step_s']:.1f} and {1000 * native['step_s']:.1f} ms)")

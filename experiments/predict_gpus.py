@@ -188,11 +188,23 @@ def markdown(doc: dict[str, Any]) -> str:
         "- **Fitted on published runs** (mahti's, docs/results/published-gpu): "
         + ", ".join(f"`{name}` {value:.3f}" for name, value in doc["constants"].items()) + ".", "",
         f"**Beside published results**: {doc['published']}.", "",
-        "**What moves the verdict**: where Horovod's step end decides, as on every row here, a shorter GPU step (an "
+        f"**What decides each row**: {deciders(doc['rows'])}. Where Horovod's step end decides, a shorter GPU step (an "
         "H100 in place of the A100 the steps are from) raises native ÷ Horovod, since that end is host time that "
         "does not shrink with the GPU's; a slower link between nodes lowers both backends' scaling, the averaging "
-        "beside backward costing each more; more GPUs raise it, Horovod's fused buffers being many and small where "
-        "each pays a ring's latency.", ""])
+        "beside backward costing each more. Where the averaging beside backward decides, Horovod's fused buffers "
+        "are many and small and each pays a ring's latency across every GPU: that rests on `overlap_cost`, fitted "
+        "on 2 nodes, and on the ring, which NCCL replaces with trees across many nodes (fewer hops), so those rows "
+        "overstate DDP's lead.", ""])
+
+
+def deciders(rows: list[dict[str, Any]]) -> str:
+    """Which term decides how many of the rows past one GPU, in words."""
+    counts: dict[str, list[str]] = {}
+    for r in rows:
+        if r["gpus"] > 1:
+            counts.setdefault(r["deciding"].split(",")[0].split(":")[0], []).append(f"{r['model']} at {r['gpus']}")
+    return "; ".join(f"{name} on {len(where)} of them ({', '.join(sorted(set(where)))} GPUs)"
+                     for name, where in counts.items())
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
@@ -254,6 +266,9 @@ def cluster_page(doc: dict[str, Any]) -> str:
 def cluster_main(args: argparse.Namespace) -> int:
     cluster = gpu_cluster.load(args.cluster)
     recorded = sorted(p.name.removeprefix("model-") for p in args.measured.glob("model-*"))
+    if not recorded:
+        raise ConfigError(f"{args.measured} holds no recorded backward (model-*/ folders of a comparison): name "
+                          "docs/results/schedule-models, or leave it out")
     if cluster.model not in recorded:
         raise ConfigError(f"--cluster {args.cluster}: no backward of {cluster.model} is recorded in {args.measured}; "
                           f"model may be one of {', '.join(recorded)}")
@@ -301,6 +316,9 @@ def main() -> int:
     if args.output.exists() and not args.output.is_dir():
         raise ConfigError(f"--output {args.output} is a file: name a folder for the prediction")
     if args.cluster:
+        if args.validation:
+            raise ConfigError("--validation checks the grid, not --cluster: a cluster's check is the published "
+                              "runs' (docs/results/published-gpu/check.md); leave --validation out")
         return cluster_main(args)
     shapes = [shape(args.measured, model) for model in STEPS]
     rows = [predict(measured, gpus, rate) for measured in shapes for gpus in GPUS

@@ -37,9 +37,12 @@ def rows(folder: Path) -> list[dict[str, Any]]:
     split = json.loads((folder / "split.json").read_text())
     out = []
     for row in csv.DictReader((folder / "rows.csv").open()):
+        if row.get("cluster") not in clusters or row["cluster"] not in split["calibration"] + split["validation"]:
+            raise ConfigError(f"{folder}: row {row.get('id')}'s cluster {row.get('cluster')!r} is not in both "
+                              "clusters.json and split.json")
         hardware = clusters[row["cluster"]]
         part = "calibration" if row["cluster"] in split["calibration"] else "validation"
-        if part != row["part"] or row["cluster"] not in split["calibration"] + split["validation"]:
+        if part != row["part"]:
             raise ConfigError(f"{folder}: row {row['id']} says {row['part']}, split.json {part}")
         cluster = Cluster(model=row["model"], image_size=int(row["image_size"]),
                           batch_per_gpu=int(row["batch_per_gpu"]), precision=row["precision"],
@@ -56,11 +59,13 @@ def rows(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
-def bisect(error, low: float, high: float) -> float:
-    """The root of a monotone `error` on [low, high], or the end nearer it where it has none there."""
+def bisect(name: str, error, low: float, high: float) -> float:
+    """The root of a monotone `error` on [low, high]; where it has none there, one line naming the constant."""
     lo_err, hi_err = error(low), error(high)
     if lo_err * hi_err > 0:
-        return low if abs(lo_err) < abs(hi_err) else high
+        raise ConfigError(f"{name} cannot be fitted between {low:g} and {high:g}: the calibration rows' mean error is "
+                          f"{lo_err:+.3f} at one end and {hi_err:+.3f} at the other; the model misses them whatever "
+                          "it is")
     for _ in range(40):  # the interval shrinks to 2^-40 of its width: far below the figures' last digit
         mid = (low + high) / 2
         if (error(mid) > 0) == (lo_err > 0):
@@ -78,16 +83,18 @@ def fit(calibration: list[dict[str, Any]], shape: dict[str, Any], host: gpu_clus
     def scaling_error(cost: float) -> float:
         return statistics.fmean(r["cluster"].batch_per_gpu / middle(r, Constants(cost, 0.0))["native"]["step_s"]
                                 / r["cluster"].one_gpu_images_per_s - r["ddp_scaling"] for r in calibration)
-    overlap = bisect(scaling_error, 0.0, 5.0)
+    overlap = bisect("overlap_cost", scaling_error, 0.0, 5.0)
 
     def ratio_error(scale: float) -> float:
         return statistics.fmean((lambda s: s["horovod"]["step_s"] / s["native"]["step_s"])(
             middle(r, Constants(overlap, scale))) - r["ratio"] for r in calibration)
-    return Constants(overlap, bisect(ratio_error, 0.0, 100.0))
+    return Constants(overlap, bisect("step_end_scale", ratio_error, 0.0, 100.0))
 
 
 def check(folder: Path) -> dict[str, Any]:
     found = rows(folder)
+    if {r["part"] for r in found} != {"calibration", "validation"}:
+        raise ConfigError(f"{folder}/rows.csv needs calibration and validation rows both")
     shape = predict_gpus.shape(predict_gpus.SHAPES, "resnet50")
     host = gpu_cluster.host()
     fitted = fit([r for r in found if r["part"] == "calibration"], shape, host)

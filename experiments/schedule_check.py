@@ -254,11 +254,11 @@ def _results(folder: Path, run: dict[str, Any], config: dict[str, Any]) -> dict[
                           "wrote them")
     schedule = doc.get("schedule")
     if schedule:
-        sizes = schedule.get("gradient_bytes") or []
-        ready = schedule.get("ready_s") or {}
-        numbers = [*ready.values(), schedule.get("wait_s")]
-        if any(int(i) >= len(sizes) for i in ready) or not all(
-                isinstance(v, (int, float)) and math.isfinite(v) for v in numbers):
+        sizes, ready = schedule.get("gradient_bytes"), schedule.get("ready_s")
+        whole = isinstance(sizes, list) and isinstance(ready, dict) and all(
+            str(i).isdigit() and int(i) < len(sizes) for i in ready)
+        numbers = [*(ready.values() if isinstance(ready, dict) else []), schedule.get("wait_s")]
+        if not whole or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in numbers):
             raise ConfigError(f"{path}'s schedule is cut short or holds a number that is not finite (ready_s, "
                               "wait_s); run the comparison again")
     return doc

@@ -15,6 +15,7 @@ case "$*" in
   *) mkdir -p "${@: -1}" && exit "${CHECK_CODE:-0}" ;;
 esac
 """
+NVIDIA_SMI = "#!/usr/bin/env bash\necho 'NVIDIA H200, 580.00, 143771 MiB'\n"
 
 
 @pytest.mark.parametrize("codes, exit_code, failed", [
@@ -27,10 +28,12 @@ def test_every_step_runs_and_a_failed_one_makes_the_run_fail_naming_it(codes, ex
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     (bin_ / "python3").write_text(STAND_IN)
-    (bin_ / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'NVIDIA H200, 580.00, 143771 MiB'\n")
+    (bin_ / "nvidia-smi").write_text(NVIDIA_SMI)
     for tool in bin_.iterdir():
         tool.chmod(0o755)
     out, work = tmp_path / "out", tmp_path / "work"
+    (tmp_path / ".gpu").mkdir()
+    (tmp_path / ".gpu" / "horovod-0.28.1.tar.gz").write_bytes(b"")
     done = subprocess.run(["bash", str(REPO / "tools" / "gpu_run.sh"), str(out), str(work)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, **codes, "PATH": f"{bin_}:{os.environ['PATH']}"})
@@ -45,3 +48,21 @@ def test_every_step_runs_and_a_failed_one_makes_the_run_fail_naming_it(codes, ex
     else:
         assert "ray-arm: exit 0," in steps and "every step ok" in done.stdout
     assert (out / "results.tgz").stat().st_size > 0
+
+
+def test_without_horovod_s_sdist_the_check_is_named_not_run_and_an_output_inside_the_work_folder_is_refused(
+        tmp_path):
+    script = str(REPO / "tools" / "gpu_run.sh")
+    done = subprocess.run(["bash", script, str(tmp_path / "work" / "out"), str(tmp_path / "work")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "inside" in done.stderr and not (tmp_path / "work" / "out" / "steps.txt").exists()
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool, text in (("python3", STAND_IN), ("nvidia-smi", NVIDIA_SMI)):
+        (bin_ / tool).write_text(text)
+        (bin_ / tool).chmod(0o755)
+    done = subprocess.run(["bash", script, str(tmp_path / "out"), str(tmp_path / "work")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"})
+    assert done.returncode == 1 and "failed: check" in done.stderr
+    assert "check: not run (no .gpu/horovod-*.tar.gz" in (tmp_path / "out" / "steps.txt").read_text()

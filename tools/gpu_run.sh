@@ -8,6 +8,10 @@ set -uo pipefail
 out=${1:?usage: bash tools/gpu_run.sh OUTPUT_DIR [WORK_DIR]}
 work=${2:-/tmp/gpu}
 mkdir -p "$out" "$work" || exit 1
+case "$(cd "$out" && pwd -P)/" in
+    "$(cd "$work" && pwd -P)"/*) echo "error: $out is inside $work, which results.tgz packs: name another" >&2; exit 2 ;;
+esac
+rm -f "$out"/{gpu.txt,install.log,check.log,ray.log,results.tgz}  # a rerun's logs are its own
 : > "$out/steps.txt"
 failed=()
 
@@ -27,9 +31,14 @@ step ray-install "$out/install.log" python3 -m pip install -q --no-index --no-de
     .gpu/ray/*.whl
 installed=$?
 export PYTHONPATH=$work/site:$PWD PATH=$work/site/bin:$PATH PYTHONUNBUFFERED=1
-sdist=(.gpu/horovod-*.tar.gz)
-export HOROVOD_SDIST=${sdist[0]}
-step check "$out/check.log" python3 -m ray_jobs.gpu_check --output-dir "$work/check"
+sdist=$(compgen -G '.gpu/horovod-*.tar.gz' | head -n 1)
+if [[ -n $sdist ]]; then
+    export HOROVOD_SDIST=$sdist
+    step check "$out/check.log" python3 -m ray_jobs.gpu_check --output-dir "$work/check"
+else
+    echo "check: not run (no .gpu/horovod-*.tar.gz: make gpu-bundle first)" | tee -a "$out/steps.txt"
+    failed+=(check)
+fi
 if ((installed == 0)); then
     step ray-arm "$out/ray.log" python3 -m ray_jobs.gpu_check --launchers ray --models resnet50 --amp none,bf16 \
         --budget-min 3 --output-dir "$work/ray"

@@ -6,7 +6,7 @@ N tiny parameters (its compute negligible), beside the same model with no framew
 
 Per step, on rank 0: backward (DDP: its reducer's hooks and its bucket's allreduce; Horovod: a Python hook per
 gradient that enqueues it), and the step's end: DDP's optimizer.step(); Horovod's optimizer.step() once every
-allreduce has finished (20 ms after backward, in both arms), so what it times is the host's own work, its
+allreduce has finished (50 ms after backward, in both arms), so what it times is the host's own work, its
 synchronize() loop over the handles, not a wait for the network. The plain model's backward and step are timed in
 the same step. Rank 0 prints one JSON line per N: the medians, in seconds.
 """
@@ -20,14 +20,14 @@ import torch
 
 WIDTH = 16
 """Each parameter's elements: small enough that its compute and its bytes are negligible beside the host's work."""
-SETTLE_S = 0.02
-"""Slept after backward, in both arms: Horovod's allreduces of a few kB (one fused buffer, a 1 ms cycle) are done
-by then, so the step that follows times the host's work and not the network's."""
+SETTLE_S = 0.05
+"""Slept after each backward, the plain model's too: Horovod's allreduces of a few kB (one fused buffer, a 1 ms cycle)
+are done by then, so the step that follows times the host's work and not the network's."""
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--backend", choices=("native", "horovod"), required=True)
 parser.add_argument("--tensors", default="20,161,640", help="the models' parameter counts, comma-separated")
-parser.add_argument("--steps", type=int, default=300)
+parser.add_argument("--steps", type=int, default=60)
 parser.add_argument("--warmup", type=int, default=10)
 args = parser.parse_args()
 torch.set_num_threads(1)
@@ -76,6 +76,7 @@ for n in (int(t) for t in args.tensors.split(",")):
         plain_opt.zero_grad()
         loss = plain(x)
         plain_back = timed(loss.backward)
+        time.sleep(SETTLE_S)  # as before the framework's step: a step after a sleep starts with colder caches
         plain_step = timed(plain_opt.step)
         opt.zero_grad()
         loss = model(x)
