@@ -47,7 +47,8 @@ DEFAULTS = ["--models", "convnet,resnet50,vit_b_16", "--amp", "none,fp16,bf16", 
             "--epochs", "1", "--repeats", "1", "--no-ceiling", "--dataset", "synthetic", "--budget-min", "7"]
 """What the check runs unless its flags say otherwise: each backend under its own launcher, one epoch of synthetic data
 (no download offline), one round per precision and model, without the ceiling arms, within 7 minutes with the build:
-a first GPU run that fits one device call with room to run it again (ESTIMATE_S prices it)."""
+a first GPU run that fits a 10-minute session on an offline GPU machine with room to run it again (ESTIMATE_S prices
+it)."""
 ESTIMATE_S = {"build": 150.0, "local": 5.0, "torchrun": 8.0, "mp.spawn": 8.0, "horovodrun": 8.0, "ray": 10.0,
               "ray_start": 20.0}
 """Seconds the plan's estimate takes per step on one GPU machine, assumed rather than measured on a GPU (none has run
