@@ -5,7 +5,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from analysis import speed
+from analysis import parity, speed, text
 from analysis.runs import PHASE_LABELS, arm_order, finished, median_phases
 from contract.config import BACKENDS
 
@@ -87,8 +87,13 @@ def plot_losses(comparison: dict[str, Any], path: Path) -> None:
         for arm, runs in by_arm.items():
             losses = runs[0]["step_losses"]
             ax.plot(range(1, len(losses) + 1), losses, label=arm, linewidth=1, alpha=0.8)
-        ax.set(title=f"{workers} worker(s): lines overlap where the losses agree", xlabel="step",
-               ylabel="training loss (mean over ranks)", yscale="log")
+        verdict = comparison["parity"].get(str(workers))
+        said = [f"parity {verdict['verdict']}, largest difference "
+                f"{text.number(parity.largest(verdict))}"] if verdict else []
+        if verdict and verdict.get("floor"):
+            said.append(f"floor {text.number(verdict['floor']['largest'])} (summation order)")
+        ax.set(title="\n".join([f"{workers} worker(s): lines overlap where the losses agree", "; ".join(said)]).strip(),
+               xlabel="step", ylabel="training loss (mean over ranks)", yscale="log")
         if by_arm:
             ax.legend(fontsize="small")
         else:

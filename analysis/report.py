@@ -19,7 +19,7 @@ ROUNDING_NOTE = (
     "With `--compression`, DDP and Horovod round the gradients in a different order (DDP: cast, divide by the "
     "workers, sum in the low precision; Horovod: cast, sum, then scale). `reference` emulates DDP's order and "
     "`reference-horovod` Horovod's, so the parity verdict can tell the rounding order from a bug; exact at 2 "
-    "workers, within N − 2 roundings per sum beyond (docs/measuring.md, \"Parity with compression\").")
+    "workers; beyond, judged against the summation-order floor (docs/measuring.md, \"Past two workers\").")
 BN_NOTE = (
     "BatchNorm buffers are not gradients, and neither backend averages them: DDP broadcasts rank 0's at every "
     "forward pass, Horovod once before training, so test loss and accuracy may differ slightly between the backends "
@@ -575,6 +575,7 @@ def parity_lines(comparison: dict[str, Any], workers: int) -> list[str]:
         return []
     out = ["", f"**Parity: {verdict['verdict']}** — largest |step-loss difference| over the first "
                f"{verdict['steps']} steps, tolerance {verdict['tolerance']:g}"
+               + (f", {floor}" if (floor := parity.floor_words(verdict)) else "")
                + (f" ({verdict['why']})" if verdict["why"] else "") + ":", ""]
     if verdict["verdict"] != "PASS" and (comparison.get("model") or {}).get("dropout"):
         out += [DROPOUT_NOTE, ""]

@@ -13,7 +13,8 @@ from contract.config import ConfigError
 COMPARISON = "comparison.json"
 SCHEMA_VERSION = 2
 REQUIRED = ("schema_version", "run_id", "settings", "environment", "wall_time_s", "runs", "parity", "not_applicable")
-ORDER = ("reference", "reference-horovod", "global-batch", *speed.DISTRIBUTED_ARMS, *speed.CEILINGS, "dataparallel")
+ORDER = ("reference", "reference-horovod", "reference-reordered", "global-batch", *speed.DISTRIBUTED_ARMS, *speed.CEILINGS,
+         "dataparallel")
 
 
 def arm_order(arm: str) -> tuple[int, str]:

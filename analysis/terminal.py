@@ -5,7 +5,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from analysis import runs, speed, stats, text
+from analysis import parity, runs, speed, stats, text
 
 PLOTS = "verdicts.png, loss.png, throughput.png, overhead.png, phases.png"
 
@@ -50,10 +50,11 @@ def per_workers(comparison: dict[str, Any], n: int) -> list[str]:
         widths = [stats.stored_half_width(e) for e in floor.values() if e["ci95"] is not None]
         out.append(f"A/A resolution: ±{100 * max(widths):.1f} %" if widths else "A/A resolution: one round, unknown")
     if verdict := comparison["parity"].get(key):
-        largest = max(verdict["max_abs_step_loss_difference"].values(), default=None)
+        largest = parity.largest(verdict)
+        floor = parity.floor_words(verdict)
         out.append(f"parity: {verdict['verdict']}" + (f", largest step-loss difference {text.number(largest)} over "
                                                       f"{verdict['steps']} steps" if largest is not None else "")
-                   + (f" ({verdict['why']})" if verdict.get("why") else ""))
+                   + (f", {floor}" if floor else "") + (f" ({verdict['why']})" if verdict.get("why") else ""))
     if answer and (stage := answer.get("two_stage")):
         out.append(f"rounds: a pilot of {stage['pilot']}; " + (
             f"its spread asked for {stage['needed']} in all for ±{100 * stage['target']:g} %, {stage['extra']} added"

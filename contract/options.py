@@ -39,7 +39,7 @@ COMPRESSION_TEXT = {
     },
 }
 CEILING_TEXT = "not applicable: the ceiling averages nothing"
-REFERENCE_ROUNDING = {"reference": "native", "reference-horovod": "horovod"}
+REFERENCE_ROUNDING = {"reference": "native", "reference-horovod": "horovod", "reference-reordered": "native"}
 """The single-process references that emulate each backend's gradient arithmetic (workload/compression.py)."""
 
 

@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from analysis import report, runs, terminal, text, tuning
+from analysis import parity, report, runs, terminal, text, tuning
 from contract import models
 from contract.comparison import GROUPS, LISTS, CompareConfig
 from contract.config import ConfigError, TrainConfig
@@ -255,7 +255,9 @@ def parity_line(verdict: dict[str, Any]) -> str:
     pairs = "; ".join(f"{pair} {text.number(d)}" + (" (explained: rounding order)" if pair in verdict["explained"]
                                                        else "")
                       for pair, d in verdict["max_abs_step_loss_difference"].items())
-    return f"{verdict['verdict']} over {verdict['steps']} steps, tolerance {verdict['tolerance']:g}: {pairs}"
+    floor = parity.floor_words(verdict)
+    return (f"{verdict['verdict']} over {verdict['steps']} steps, tolerance {verdict['tolerance']:g}"
+            + (f", {floor}" if floor else "") + f": {pairs}")
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ def _planned(base: TrainConfig, cmp: CompareConfig, run_dir: Path, ray: tuple[bo
     planned = Plan(base, cmp, run_dir, [], [], network, finished_references(reuse_references) if reuse_references
                    else {}, reuse_references, per_backend)
     planned.runs, planned.not_applicable = runs(workers, planned.arms, cmp.repeats,
-                                                emulate_horovod=base.compression != "none" and "horovod" in backends)
+                                                compressed=base.compression != "none")
     if not references:
         planned.runs = [run for run in planned.runs if run[1].launcher != "local"]
     if resume:
@@ -160,18 +160,22 @@ def _planned(base: TrainConfig, cmp: CompareConfig, run_dir: Path, ray: tuple[bo
 
 
 def runs(workers: list[int], compared: list[Arm], repeats: int,
-         emulate_horovod: bool = False) -> tuple[list[tuple[int, Arm, int]], list[dict]]:
+         compressed: bool = False) -> tuple[list[tuple[int, Arm, int]], list[dict]]:
     """The runs as (round, arm, workers), in order, and what cannot run here with the reason.
 
-    Per worker count: the references once (they are deterministic and only serve parity; `emulate_horovod` adds the
-    one that rounds compressed gradients as Horovod does), then every arm `repeats` times in a balanced order
-    (A B B A …; more arms in a Williams design), so that a slow minute on the machine hits every arm alike.
+    Per worker count: the references once (they are deterministic and only serve parity): where Horovod runs and its
+    arithmetic differs from DDP's (`compressed`, or past two workers, where Horovod's sum-then-scale rounds unlike
+    DDP's divide-then-sum), the one that rounds as Horovod does; past two workers, the one that sums in another
+    order, for the parity floor; then every arm `repeats` times in a balanced order (A B B A …; more arms in a
+    Williams design), so that a slow minute on the machine hits every arm alike.
     """
     planned, not_applicable = [], []
     for n in workers:
         planned.append((0, Arm("reference", "local"), n))
-        if emulate_horovod:
+        if any(arm.backend == "horovod" for arm in compared) and (compressed or n > 2):
             planned.append((0, Arm(parity.REFERENCE_HOROVOD, "local"), n))
+        if n > 2:  # a sum of three or more depends on its order: this reference's drift is the parity floor
+            planned.append((0, Arm(parity.REORDERED, "local"), n))
         if n > 1:
             planned.append((0, Arm("global-batch", "local"), n))
         planned += [(r, arm, n) for r, arm in stats.balanced_order(compared, repeats)]

@@ -1,6 +1,15 @@
 """The parity verdict compares what was asked for, and writes no NaN."""
 
-from analysis import parity
+from dataclasses import replace
+
+import pytest
+from torch.utils.data import DataLoader, DistributedSampler
+
+from analysis import parity, runs
+from contract.comparison import CompareConfig
+from contract.config import TrainConfig
+from ray_jobs import orchestrator
+from workload import data, reference
 
 
 def test_one_backend_and_the_reference_can_pass():
@@ -43,3 +52,78 @@ def test_a_backend_that_leaves_its_own_reference_is_not_excused():
               "reference": [2.3, 1.9, 1.5], "reference-horovod": [2.3, 1.9, 1.5]}
     verdict = parity.verdict(losses, steps=50, tolerance=1e-4)
     assert verdict["verdict"] == "FAIL" and verdict["explained"] == {}
+
+
+def test_past_two_workers_a_difference_passes_within_the_floor_two_steps_later():
+    # The floor: reference vs reference-reordered, its largest drift so far; step t may reach 10x its value at t + 2.
+    ref = [2.3, 2.2, 2.1, 2.0, 1.9, 1.8]
+    reordered = [2.3, 2.2, 2.1, 2.0 + 1e-3, 1.9 + 1e-2, 1.8]
+    floor = parity.floor_per_step({"reference": ref, "reference-reordered": reordered}, 50)
+    assert floor == pytest.approx([0, 0, 0, 1e-3, 1e-2, 1e-2])
+    early = [2.3, 2.2, 2.1 + 9e-3, 2.0 + 9e-2, 1.9, 1.8 - 0.09]  # starts two steps sooner, within 10x
+    losses = {"native": early, "horovod": ref, "reference": ref, "reference-reordered": reordered}
+    verdict = parity.verdict(losses, steps=50, tolerance=1e-4)
+    assert verdict["verdict"] == "PASS", verdict
+    assert verdict["floor"]["largest"] == pytest.approx(1e-2) and verdict["floor"]["pair"] == (
+        "reference vs reference-reordered")
+    assert "summation-order floor 0.01" in parity.floor_words(verdict)
+    too_soon = [2.3 + 2e-4, *early[1:]]  # the floor is 0 until step 4: step 1 (read at step 3) has the tolerance
+    verdict = parity.verdict({**losses, "native": too_soon}, steps=50, tolerance=1e-4)
+    assert verdict["verdict"] == "FAIL" and verdict["why"] == "a step-loss difference exceeds the floor"
+    assert verdict["floor"]["worst_over_allowance"]["native vs reference"] == pytest.approx(2.0)
+
+
+def test_past_two_workers_the_floor_s_reference_must_run():
+    losses = {"native": [2.3], "horovod": [2.3], "reference": [2.3]}
+    assert parity.verdict(losses, steps=50, tolerance=1e-4)["floor"] is None  # two workers: the tolerance alone
+    assert parity.floor_words(parity.verdict(losses, steps=50, tolerance=1e-4)) == ""
+
+
+@pytest.fixture(scope="module")
+def residual_comparison(tmp_path_factory):
+    """A user's residual network with BatchNorm at 3 and 4 workers under torchrun and horovodrun, with every
+    reference: the floor's, and the one that rounds as Horovod does."""
+    root = tmp_path_factory.mktemp("residual")
+    cfg = data.resolve(TrainConfig(model="tests.tiny_models:residual", image_size=16, data_dir=str(root / "data"),
+                                   synthetic_train_size=32 * 4 * 8, synthetic_test_size=64, epochs=1, lr=0.1,
+                                   warmup_steps=2, log_every=100))
+    run_dir = orchestrator.compare(cfg, CompareConfig(workers="3,4", launchers="torchrun,horovodrun", repeats=1,
+                                                      no_ceiling=True, target_accuracy=0.9), root)
+    return cfg, runs.load(run_dir)
+
+
+@pytest.mark.cluster
+def test_at_three_and_four_workers_both_backends_pass_against_their_floor(residual_comparison):
+    _, comparison = residual_comparison
+    assert all(r["status"] == "ok" for r in comparison["runs"]), comparison["runs"]
+    for n in ("3", "4"):
+        verdict = comparison["parity"][n]
+        assert verdict["verdict"] == "PASS", verdict
+        assert verdict["floor"]["pair"] == "reference vs reference-reordered" and verdict["steps"] >= 8
+        assert set(verdict["max_abs_step_loss_difference"]) == {
+            "native/torchrun vs horovod/horovodrun", "native/torchrun vs reference",
+            "horovod/horovodrun vs reference-horovod"}
+
+
+class _Shifted(DistributedSampler):
+    def __iter__(self):
+        return ((i + 1) % len(self.dataset) for i in super().__iter__())
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("plant", ["one rank's shard shifted by one sample", "another seed"])
+def test_a_planted_difference_fails_at_three_workers(residual_comparison, tmp_path, monkeypatch, plant):
+    cfg, comparison = residual_comparison
+    cfg = replace(cfg, workers=3, output_dir=str(tmp_path))
+    if plant == "another seed":
+        cfg = replace(cfg, seed=1)
+    else:
+        def shard_loader(splits, cfg, rank, world_size):
+            sampler = (_Shifted if rank == 1 else DistributedSampler)(splits.train, num_replicas=world_size,
+                                                                     rank=rank, shuffle=True, seed=cfg.seed)
+            return DataLoader(splits.train, batch_size=cfg.batch_size, sampler=sampler, drop_last=True)
+        monkeypatch.setattr(reference, "shard_loader", shard_loader)
+    planted = reference.train(cfg)["step_losses"]  # as DDP would train with the plant
+    losses = {**orchestrator.first_losses(comparison["runs"], 3), "native/torchrun": planted}
+    verdict = parity.verdict(losses, 50, 1e-4, ["native/torchrun", "horovod/horovodrun"])
+    assert verdict["verdict"] == "FAIL" and verdict["floor"]["worst_over_allowance"]["native/torchrun vs reference"] > 1

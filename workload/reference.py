@@ -9,6 +9,10 @@ single-process training.
 which a compressed gradient is rounded, divided and summed (workload/compression.py), and each backend is compared
 with the reference that computes as it does.
 
+`reference-reordered` is `reference` summing the simulated workers' gradients last worker first: with 3 or more
+workers a float32 sum depends on its order, so the two references' drift is the parity floor, what summation order
+alone changes over the same steps (analysis/parity.py). With 2 workers both orders give the same bits.
+
 `global-batch` runs the same N micro-batches as one forward pass over their concatenation: the same data and
 the same averaged loss, but BatchNorm sees the whole global batch, so it is a different computation.
 
@@ -32,7 +36,8 @@ from workload.run import build_model, train_and_report
 from workload.trainer import Trainer, amp_scaler, build_optimizer, shard_loader
 
 log = logging.getLogger(__name__)
-MODES = ("reference", "reference-horovod", "global-batch", "dataparallel")
+REORDERED = "reference-reordered"
+MODES = ("reference", "reference-horovod", "reference-reordered", "global-batch", "dataparallel")
 
 
 class EmulatedSync:
@@ -41,9 +46,10 @@ class EmulatedSync:
     backend computes."""
 
     def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer, compression_name: str,
-                 rounding: str) -> None:
+                 rounding: str, reversed_order: bool = False) -> None:
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.optimizer, self.compression, self.rounding = optimizer, compression_name, rounding
+        self.reversed_order = reversed_order
         self.per_worker: list[list[Tensor]] = []
 
     def no_sync(self) -> contextlib.AbstractContextManager:
@@ -55,8 +61,9 @@ class EmulatedSync:
             p.grad.zero_()
 
     def wait(self, backward_end: float) -> float:
+        workers = self.per_worker[::-1] if self.reversed_order else self.per_worker
         for i, p in enumerate(self.params):
-            p.grad.copy_(compression.combine([g[i] for g in self.per_worker], self.compression, self.rounding))
+            p.grad.copy_(compression.combine([g[i] for g in workers], self.compression, self.rounding))
         self.per_worker.clear()
         return 0.0
 
@@ -90,7 +97,8 @@ def train(cfg: TrainConfig, mode: str = "reference", launcher: str = "local") ->
     optimizer = build_optimizer(model, cfg, cfg.workers)
     net = nn.DataParallel(model, device_ids=list(range(cfg.workers))) if mode == "dataparallel" else model
     loaders = [shard_loader(splits, cfg, rank, cfg.workers) for rank in range(cfg.workers)]
-    sync = EmulatedSync(model, optimizer, cfg.compression, REFERENCE_ROUNDING.get(mode, "native"))
+    sync = EmulatedSync(model, optimizer, cfg.compression, REFERENCE_ROUNDING.get(mode, "native"),
+                        reversed_order=mode == REORDERED)
     trainer = Trainer(ctx=ctx, cfg=cfg, model=net, module=model, optimizer=optimizer, sync=sync, splits=splits,
                       loaders=loaders, fuse=mode not in REFERENCE_ROUNDING, scaler=amp_scaler(cfg))
     return train_and_report(trainer, backend=mode, launcher=launcher)
