@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import cause, parity, plots, runs, speed, stats, text
-from contract import models
+from contract import framework_env, models
 from contract.config import AA_SUFFIX, BACKENDS, ConfigError
 from contract.phases import STEP_PHASES
 
@@ -267,6 +267,11 @@ def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
     if not set(BACKENDS) <= set(s["backends"]):
         return f"it compares native with horovod, and this comparison ran only {', '.join(s['backends'])}"
     a, b = speed.compared_arms(s["launchers"])
+    rounds, _, _ = speed.paired_rounds(comparison["runs"], workers, a, b, speed.METRIC)
+    if rounds:
+        raise ConfigError(f"comparison.json holds no speed at {workers} worker(s), yet {a} and {b} both finished "
+                          f"round(s) {', '.join(str(r + 1) for r in rounds)}: the file was edited or cut; render a "
+                          "whole copy of it, or rerun python -m ray_jobs.compare")
     counts = []
     for arm in (a, b):
         arm_runs = [r for r in comparison["runs"] if r["workers"] == workers and r["arm"] == arm]
@@ -457,6 +462,9 @@ def setup_line(comparison: dict[str, Any]) -> str:
             f"Python {env['python']}, torch "
             f"{env['torch']}, torchvision {env['torchvision']}, Ray {env['ray']}, Horovod {env['horovod']}; CPU "
             f"{env['cpu']} ({env['cpu_count']} cores); GPU {gpu_text(env)}; host {env['hostname']}."
+            + (f" Framework settings exported where the comparison started: "
+               f"{framework_env.words(env['framework_settings'])} (each run's results.json lists those its rank 0 "
+               "had)." if "framework_settings" in env else "")
             + averaged_by_text(comparison) + gpu_math_text(comparison))
 
 

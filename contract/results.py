@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from contract import framework_env
 from contract.config import TrainConfig
 
 SCHEMA_VERSION = 1
@@ -58,6 +59,7 @@ def environment() -> dict[str, Any]:
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         **_gpus(torch),
         "hostname": platform.node(),
+        "framework_settings": framework_env.in_force(os.environ),
     }
 
 

@@ -134,7 +134,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, watchdog: Watchdog,
         log.info("resuming after epoch %d from %s", history.last_epoch, cfg.checkpoint_dir)
     # Horovod: its timeline can be on only where HOROVOD_TIMELINE was set before hvd.init (contract/options.py)
     timeline = Timeline(hvd.start_timeline, hvd.stop_timeline) if cfg.trace or cfg.fused_buffers else None
-    tracer = Tracer(ctx.rank, cfg.warmup_steps, cfg.output_dir, ctx.device,
+    tracer = Tracer(ctx.rank, cfg.output_dir, ctx.device,
                     timeline=(timeline.start, timeline.stop)) if cfg.trace else None
     sync = NoAveraging(optimizer) if cfg.no_averaging else HorovodGradientSync(optimizer, model, compressor, ctx)
     fused = FusedBuffers(timeline, [n for n, p in model.named_parameters() if p.requires_grad]) if timeline else None

@@ -139,7 +139,7 @@ def train(ctx: DistContext, cfg: TrainConfig, launcher: str, *, state: dict[str,
                       bucket_cap_mb=cfg.bucket_mb or None,  # DDP: None is its own default (25 MiB)
                       gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph)
         sync = DDPGradientSync(wrapped, optimizer, cfg.compression, ctx, schedule)
-    tracer = Tracer(ctx.rank, cfg.warmup_steps, cfg.output_dir, ctx.device) if cfg.trace else None
+    tracer = Tracer(ctx.rank, cfg.output_dir, ctx.device) if cfg.trace else None
     trainer = Trainer(ctx=ctx, cfg=cfg, model=wrapped, module=model, optimizer=optimizer, sync=sync, splits=splits,
                       loaders=[shard_loader(splits, cfg, ctx.rank, ctx.world_size)], scaler=amp_scaler(cfg),
                       tools=tools.for_rank(ctx.rank, tracer, watchdog), schedule=schedule)

@@ -23,6 +23,7 @@ of GPU ones (fp16 needs a GPU: its settings are left out).
 import argparse
 import atexit
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -154,8 +155,24 @@ def plan_text(settings: list[dict[str, Any]], cmp: CompareConfig, gpus: int, sec
     runs = sum(len(orchestrator.runs([n], compared, cmp.repeats)[0]) for n in cmp.worker_counts) * len(settings)
     return (f"{len(settings)} setting(s) × {', '.join(map(str, cmp.worker_counts))} worker(s) on {gpus} GPU(s), "
             f"{cmp.repeats} round(s) of {', '.join(arm.label for arm in compared)}: {runs} runs; about "
-            f"{text.duration(seconds)} with the build (ray_jobs/gpu_check.py's ESTIMATE_S, assumed per run), within "
-            f"--budget-min {cmp.budget_min:g}")
+            f"{text.duration(seconds)} with the build (ray_jobs/gpu_check.py's ESTIMATE_S, assumed per run), "
+            f"{what_fits(settings, cmp, seconds)}")
+
+
+def what_fits(settings: list[dict[str, Any]], cmp: CompareConfig, seconds: float) -> str:
+    """The plan beside --budget-min, in words; refused, before anything is built, where not one setting would fit."""
+    budget = 60 * cmp.budget_min
+    if seconds <= budget:
+        return f"within --budget-min {cmp.budget_min:g}"
+    fixed = ESTIMATE_S["build"] + (ESTIMATE_S["ray_start"] if "ray" in cmp.launcher_names else 0.0)
+    each = (seconds - fixed) / len(settings)
+    fit = int((budget - fixed) // each) if budget > fixed else 0
+    if fit < 1:
+        raise ConfigError(f"--budget-min {cmp.budget_min:g} is less than the build and one setting take (about "
+                          f"{text.duration(fixed + each)} by ESTIMATE_S); pass --budget-min "
+                          f"{math.ceil((fixed + each) / 60)} or more ({math.ceil(seconds / 60)} for the whole plan)")
+    return (f"more than --budget-min {cmp.budget_min:g}: about {fit} of {len(settings)} setting(s) fit, and no "
+            "setting starts once the time so far says it cannot finish")
 
 
 def use(target: Path) -> None:

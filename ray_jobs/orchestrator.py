@@ -377,9 +377,9 @@ def record_of(arm: Arm, round_: int, n: int, run_dir: Path, doc: dict[str, Any])
 
 def rebuilder(planned: Plan):
     """What a resume keeps a run folder as (resume.finished): the record this comparison would write for the run its
-    record.json names, rebuilt from its results.json, where that run is one of this comparison's and its results
-    say they are that run's (backend, launcher, worker count, and the name of the folder they were written to); else
-    None."""
+    record.json names, rebuilt from its results.json, where that run is one of this comparison's, its results say
+    they are that run's (backend, launcher, worker count, and the name of the folder they were written to), and it
+    trained with the configuration this plan gives that run, field for field (all but resume.FREE); else None."""
     known = {(arm.label, n): arm for arm in {*planned.arms, *(arm for _, arm, _ in planned.runs)}
              for n in planned.cmp.worker_counts}
 
@@ -392,6 +392,10 @@ def rebuilder(planned: Plan):
         if (doc["backend"], doc["launcher"], doc["workers"], Path(doc["config"]["output_dir"]).name) != (
                 arm.backend, arm.launcher, n, folder):
             return None
+        own = options.for_backend(planned.base, arm.backend)
+        wanted = replace(options.ceiling(own) if arm.ceiling else own, workers=n).to_dict()
+        if any(doc["config"].get(k) != v for k, v in wanted.items() if k not in resuming.FREE):
+            return None  # trained otherwise than this plan asks (another model, batch, …): it runs again
         return record_of(arm, round_, n, planned.run_dir, doc)
 
     return rebuild

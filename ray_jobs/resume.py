@@ -11,12 +11,13 @@ once the run has finished and its launcher's view is in its results.json.
 
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from contract import results
+from contract import framework_env, results
 from contract.comparison import CompareConfig
 from contract.config import ConfigError, TrainConfig
 from runtime import space
@@ -24,6 +25,8 @@ from runtime import space
 log = logging.getLogger(__name__)
 PLAN = "plan.json"
 RECORD = "record.json"
+SETTINGS = "framework_settings"
+"""The frameworks' settings exported where the comparison started (contract/framework_env.py): a resume asks the same."""
 FREE = ("workers", "output_dir", "data_dir", "checkpoint_dir", "log_every", "stall_timeout_s")
 """Training settings a resume may change: where things go and how the runs report; not what they compute."""
 
@@ -34,7 +37,7 @@ def request(base: TrainConfig, cmp: CompareConfig) -> dict[str, Any]:
             "workers": list(cmp.worker_counts), "backends": list(cmp.backend_names),
             "launchers": list(cmp.launcher_names), "repeats": cmp.repeats, "aa": cmp.aa, "no_ceiling": cmp.no_ceiling,
             "target_ci": cmp.target_ci, "parity_steps": cmp.parity_steps, "tolerance": cmp.tolerance,
-            "target_accuracy": cmp.target_accuracy}
+            "target_accuracy": cmp.target_accuracy, SETTINGS: framework_env.in_force(os.environ)}
 
 
 PLAN_SCHEMA = 2
@@ -80,6 +83,10 @@ def _differences(saved: dict[str, Any], asked: dict[str, Any]) -> list[str]:
                                                     if k not in saved.get("config", {})}}
             out += [f"--{k.replace('_', '-')} {config[k]} -> {asked['config'][k]}" for k in sorted(asked["config"])
                     if config.get(k) != asked["config"][k]]
+        elif key == SETTINGS:
+            before, now = saved.get(key, {}), asked[key]
+            out += [f"{name}={before.get(name, '(unset)')} -> {now.get(name, '(unset)')} in the environment"
+                    for name in sorted(set(before) | set(now)) if before.get(name) != now.get(name)]
         elif saved.get(key) != asked.get(key):
             out.append(f"--{key.replace('_', '-')} {saved.get(key)} -> {asked.get(key)}")
     return out
@@ -89,9 +96,10 @@ def finished(run_dir: Path, rebuild: Callable[[str, dict[str, Any], dict[str, An
              ) -> dict[str, dict[str, Any]]:
     """The runs that finished whole before the comparison stopped, by folder name: a record.json equal, field for
     field, to the record `rebuild(folder name, record, results)` makes of its results.json (orchestrator.rebuilder:
-    the run it names is one of this comparison's, in its own folder, and its results say so). A folder without one,
-    or whose files disagree (a run copied under another's name, an edited figure), was cut short or is not what it
-    claims: it is removed, and its run runs again. What is kept was rebuilt from results.json."""
+    the run it names is one of this comparison's, in its own folder, trained as the plan asks, and its results say
+    so). A folder without one, or whose files disagree (a run copied under another's name, an edited figure), was
+    cut short or is not what it claims: it is removed, and its run runs again. What is kept was rebuilt from
+    results.json."""
     kept = {}
     for folder in sorted(p for p in run_dir.iterdir() if p.is_dir()):
         try:
@@ -102,6 +110,7 @@ def finished(run_dir: Path, rebuild: Callable[[str, dict[str, Any], dict[str, An
         if rebuilt is not None and rebuilt == record:
             kept[folder.name] = rebuilt
         else:
-            log.info("%s did not finish whole before the comparison stopped: it runs again", folder.name)
+            log.info("%s did not finish whole before the comparison stopped, or is not a run this plan asks for: it "
+                     "runs again", folder.name)
             shutil.rmtree(folder)
     return kept

@@ -7,7 +7,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract import models
+from contract import framework_env, models
 from contract.config import ConfigError, TrainConfig, require_path, warmup_for
 from runtime import space
 
@@ -220,6 +220,7 @@ def check_config(cfg: TrainConfig) -> None:
     (the data: check_data, on the data's plan)."""
     check_model(cfg)
     check_interface()
+    framework_env.check(os.environ, cfg)
     writable_dir(cfg.output_dir, "--output-dir")
     free_space(cfg.output_dir, "--output-dir", OUTPUT_BYTES, "results, TensorBoard scalars, logs")
     if cfg.dataset == "mnist" and (Path(cfg.data_dir) / "MNIST" / "raw").is_dir():

@@ -364,6 +364,12 @@ TABLE = [
          env="no-such-interface"),
     case("ray_jobs.train", [], "GLOO_SOCKET_IFNAME=nosuch0 names nosuch0", env="no-such-interface"),
     case("ray_jobs.compare", [], "GLOO_SOCKET_IFNAME=nosuch0 names nosuch0", env="no-such-interface"),
+    # A framework setting this project sets from a flag, exported otherwise: the report would name the flag's value.
+    case("ray_jobs.compare", [], "HOROVOD_CYCLE_TIME=200 is exported here, and this project sets HOROVOD_CYCLE_TIME "
+         "from --cycle-time-ms (Horovod would run with yours while the report names --cycle-time-ms's value); unset "
+         "it and pass --cycle-time-ms 200", env="HOROVOD_CYCLE_TIME=200"),
+    case("horovod_ddp.train", [], "HOROVOD_FUSION_THRESHOLD=0 is exported here, and this project sets "
+         "HOROVOD_FUSION_THRESHOLD from --bucket-mb", env="HOROVOD_FUSION_THRESHOLD=0"),
 
     # --use-gpu: a GPU per rank on this host, and a Horovod whose GPU collectives are NCCL's (this one is Gloo's).
     case("native_ddp.train", ["--use-gpu"], "1 rank(s) on this host need 1 GPU(s), and torch sees 0 here"),
@@ -401,6 +407,8 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
         monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")
     elif env == "no-such-interface":
         monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
+    elif env and env.startswith("HOROVOD_"):
+        monkeypatch.setenv(*env.split("=", 1))
     elif env == "fake-gpus":  # the GPU check passes; what --use-gpu asks beyond it is checked
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     elif env == "pip-toolkit":  # a toolkit as the package index lays it out, one wheel short, for the GPU build

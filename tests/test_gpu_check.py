@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from analysis import report, terminal
+from contract.config import ConfigError
 from ray_jobs import compare, gpu_check, orchestrator
 from tests.helpers import data_flags
 
@@ -89,3 +90,23 @@ def test_the_estimate_prices_every_arm_a_comparison_runs():
     assert gpu_check.estimate_s(settings, cmp, 1) == pytest.approx(
         gpu_check.ESTIMATE_S["build"] + gpu_check.ESTIMATE_S["local"] + 3 * (
             gpu_check.ESTIMATE_S["mp.spawn"] + gpu_check.ESTIMATE_S["horovodrun"]))
+
+
+def plan_with_budget(budget: str):
+    cmp, _, settings = compare.configs(compare.parser().parse_args(gpu_check.arguments(1, ["--budget-min", budget])))
+    return settings, cmp, gpu_check.estimate_s(settings, cmp, 1)
+
+
+def test_a_plan_past_its_budget_says_what_fits():
+    settings, cmp, seconds = plan_with_budget("3")
+    assert gpu_check.plan_text(settings, cmp, 1, seconds).endswith(
+        "about 5 min 39 s with the build (ray_jobs/gpu_check.py's ESTIMATE_S, assumed per run), more than "
+        "--budget-min 3: about 1 of 9 setting(s) fit, and no setting starts once the time so far says it cannot finish")
+
+
+def test_a_budget_below_the_build_and_one_setting_is_refused_before_anything_is_built():
+    settings, cmp, seconds = plan_with_budget("0.1")
+    with pytest.raises(ConfigError) as refused:
+        gpu_check.plan_text(settings, cmp, 1, seconds)
+    assert str(refused.value) == ("--budget-min 0.1 is less than the build and one setting take (about 2 min 51 s by "
+                                  "ESTIMATE_S); pass --budget-min 3 or more (6 for the whole plan)")

@@ -6,9 +6,10 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 
 from analysis import report, runs, tuning
-from contract import options, results
+from contract import config, options, results
 from contract.comparison import CompareConfig
 from contract.options import fusion_bytes
 from ray_jobs import grid, orchestrator
@@ -170,3 +171,17 @@ def test_a_traced_tuning_grid_writes_its_table_and_links_every_trace(base_cfg, t
                 assert fused["negotiated_s"] <= fused["launched_s"] <= fused["finished_s"]
                 if folder == "bucket-mb-0.01" and len(fused["indices"]) > 1:
                     assert fused["bytes"] <= fusion_bytes(0.01)
+
+
+def test_a_short_epoch_is_traced_after_the_warm_up_it_applies(tmp_path):
+    # A 3-step epoch warms up 1 step, not the configured 5: the tracer starts at step 2 and writes its trace.
+    from workload import tools, tracing
+
+    tracer = tracing.Tracer(0, str(tmp_path), torch.device("cpu"))
+    told = tools.Tools(tracer)
+    told.timed_after(config.warmup_for(5, 3))
+    for step in range(1, 4):
+        told.before_step(1, step)
+        torch.ones(4).sum()
+        told.after_step(1, step, 3)
+    assert tracer.done and (tmp_path / tracing.trace_file(0)).exists()

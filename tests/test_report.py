@@ -208,6 +208,8 @@ def damaged_epochs():
     (damaged_epochs, "is damaged or from another version (IndexError"),
     (lambda: {**damaged_runs(), "schema_version": 1}, "has schema version 1, this renderer reads 2"),
     (lambda: {k: v for k, v in damaged_runs().items() if k != "runs"}, "is not a comparison (it lacks runs)"),
+    (lambda: {**comparison(), "speed": {}}, "holds no speed at 1 worker(s), yet native and horovod both finished "
+                                            "round(s) 1, 2, 3: the file was edited or cut"),
 ])
 def test_a_damaged_comparison_is_a_one_line_config_error(tmp_path, make, needle):
     with pytest.raises(ConfigError) as caught:

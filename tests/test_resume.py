@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from contract import results
+from contract import options, results
 from contract.comparison import CompareConfig
 from contract.config import TrainConfig
 from launchers.arms import Arm
@@ -37,7 +37,9 @@ def whole_run(planned: orchestrator.Plan, arm: Arm, round_: int) -> Path:
     folder.mkdir(parents=True)
     epoch = {**{k: 0.5 for k in results.EPOCH_KEYS}, "epoch": 1, "samples_per_s_median": 100.0, "steps": 2}
     doc = {"schema_version": 1, "backend": arm.backend, "launcher": arm.launcher, "workers": 1,
-           "dataset": "synthetic", "config": {"output_dir": str(folder)}, "environment": {},
+           "dataset": "synthetic", "environment": {},
+           "config": {**replace(options.for_backend(planned.base, arm.backend), workers=1).to_dict(),
+                      "output_dir": str(folder)},
            "step_losses": [2.3, 2.2], "epochs": [epoch], "final": {"test_accuracy": 0.5, "test_loss": 1.0,
                                                                    "wall_time_s": 1.0},
            "timestamps": {}, "phases": {}, "end_to_end_s": 3.0, "cpu_s_per_1k_samples": 2.0, "parameters_sha256": "ab"}
@@ -63,6 +65,18 @@ def test_only_runs_that_are_what_they_claim_are_kept_rebuilt_from_their_results_
     found = resume.finished(tmp_path, orchestrator.rebuilder(planned))
     assert list(found) == ["native-torchrun-1w-r0"] and found["native-torchrun-1w-r0"]["end_to_end_s"] == 3.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["native-torchrun-1w-r0"]
+
+
+def test_a_run_trained_otherwise_than_the_plan_asks_runs_again(tmp_path):
+    # plan.json edited to another model: the runs of the first one are not set against the new one's
+    planned = plan_in(tmp_path)
+    native, horovod = Arm("native", "torchrun"), Arm("horovod", "horovodrun")
+    doc_path = whole_run(planned, native, 0) / results.FILENAME
+    doc = json.loads(doc_path.read_text())
+    edit(doc_path, config={**doc["config"], "model": "resnet18"})
+    whole_run(planned, horovod, 0)
+    found = resume.finished(tmp_path, orchestrator.rebuilder(planned))
+    assert list(found) == ["horovod-horovodrun-1w-r0"]
 
 
 @pytest.mark.cluster

@@ -11,6 +11,9 @@ class Tool:
     def fit_start(self) -> None:
         """Training is about to start (after the model, data and any resumed state are in place)."""
 
+    def timed_after(self, warmup: int) -> None:
+        """Each epoch's first `warmup` steps warm up and the rest are timed (fewer than configured in a short epoch)."""
+
     def before_step(self, epoch: int, step: int) -> None:
         """Step `step` of `epoch` is about to load its batch."""
 
@@ -39,6 +42,10 @@ class Tools(Tool):
     def fit_start(self) -> None:
         for tool in self.tools:
             tool.fit_start()
+
+    def timed_after(self, warmup: int) -> None:
+        for tool in self.tools:
+            tool.timed_after(warmup)
 
     def before_step(self, epoch: int, step: int) -> None:
         for tool in self.tools:

@@ -26,14 +26,18 @@ def trace_file(rank: int) -> str:
 
 
 class Tracer(Tool):
-    """Traces steps warmup+1 … warmup+STEPS of the first epoch this run trains (the first steps timed)."""
+    """Traces steps warmup+1 … warmup+STEPS of the first epoch this run trains (the first steps timed), warmup as the
+    trainer applies it (`timed_after`)."""
 
-    def __init__(self, rank: int, warmup_steps: int, output_dir: str, device: torch.device,
+    def __init__(self, rank: int, output_dir: str, device: torch.device,
                  timeline: tuple[Callable[[str], None], Callable[[], None]] | None = None) -> None:
-        self.rank, self.first, self.dir, self.device = rank, warmup_steps + 1, Path(output_dir), device
+        self.rank, self.first, self.dir, self.device = rank, 0, Path(output_dir), device
         self.timeline = timeline
         self.profiler: torch.profiler.profile | None = None
         self.done = False
+
+    def timed_after(self, warmup: int) -> None:
+        self.first = warmup + 1
 
     def before_step(self, epoch: int, step: int) -> None:
         if self.done or self.profiler or step != self.first:

@@ -147,6 +147,7 @@ class Trainer:
         if self.warmup != self.cfg.warmup_steps and self.ctx.is_main:
             log.info("an epoch is %d steps: its first %d warm up (the default --warmup-steps %d would leave none to "
                      "time) and %d are timed", steps, self.warmup, self.cfg.warmup_steps, steps - self.warmup)
+        self.tools.timed_after(self.warmup)
         for epoch in range(history.last_epoch + 1, self.cfg.epochs + 1):
             history.epochs.append(self.train_epoch(epoch, steps, history))
             self._log_epoch(history.epochs[-1])

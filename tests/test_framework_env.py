@@ -1,0 +1,47 @@
+"""The frameworks' settings from the environment (contract/framework_env.py): recorded where they are the user's,
+refused where this project sets them from a flag, and a resume under other ones refused."""
+
+from dataclasses import replace
+
+import pytest
+
+from contract import framework_env, results
+from contract.comparison import CompareConfig
+from contract.config import ConfigError, TrainConfig
+from ray_jobs import resume
+
+
+def test_the_settings_in_force_leave_out_the_launchers_wiring_and_the_build():
+    environ = {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "HOROVOD_CACHE_CAPACITY": "0", "NCCL_ALGO": "Ring",
+               "TORCH_NCCL_BLOCKING_WAIT": "1", "OMP_NUM_THREADS": "4", "GLOO_SOCKET_IFNAME": "eth0",
+               "HOROVOD_RANK": "1", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1", "HOROVOD_CONTROLLER": "gloo",
+               "HOROVOD_BUILD_CUDA_CC_LIST": "90", "HOROVOD_WITH_PYTORCH": "1", "PATH": "/bin"}
+    found = framework_env.in_force(environ)
+    assert found == {"GLOO_SOCKET_IFNAME": "eth0", "HOROVOD_CACHE_CAPACITY": "0",
+                     "HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "NCCL_ALGO": "Ring", "OMP_NUM_THREADS": "4",
+                     "TORCH_NCCL_BLOCKING_WAIT": "1"}
+    assert framework_env.words({"HOROVOD_CACHE_CAPACITY": "0", "NCCL_ALGO": "Ring"}) == (
+        "`HOROVOD_CACHE_CAPACITY=0` (Horovod only), `NCCL_ALGO=Ring` (both)")
+    assert framework_env.words({}) == "none"
+
+
+def test_a_setting_the_flags_make_passes_where_it_is_the_flag_s_own_value():
+    cfg = TrainConfig(cycle_time_ms=200.0, bucket_mb=25.0)
+    framework_env.check({"HOROVOD_CYCLE_TIME": "200", "HOROVOD_FUSION_THRESHOLD": str(25 * 2 ** 20)}, cfg)
+    with pytest.raises(ConfigError, match=r"HOROVOD_FUSION_THRESHOLD=1048576 is exported here.*pass --bucket-mb 1 "):
+        framework_env.check({"HOROVOD_FUSION_THRESHOLD": "1048576"}, TrainConfig())
+    with pytest.raises(ConfigError, match="HOROVOD_TIMELINE=/tmp/t.json is exported here.*pass --trace$"):
+        framework_env.check({"HOROVOD_TIMELINE": "/tmp/t.json"}, TrainConfig())
+
+
+def test_every_run_records_the_settings_its_environment_had(monkeypatch):
+    monkeypatch.setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "1")
+    assert results.environment()["framework_settings"]["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
+
+
+def test_a_resume_under_other_framework_settings_is_refused(tmp_path, monkeypatch):
+    base, cmp = TrainConfig(), CompareConfig()
+    resume.write_plan(tmp_path, resume.request(base, cmp))
+    monkeypatch.setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "1")
+    with pytest.raises(ConfigError, match=r"HOROVOD_HIERARCHICAL_ALLREDUCE=\(unset\) -> 1 in the environment"):
+        resume.check(tmp_path, resume.request(replace(base), cmp))
