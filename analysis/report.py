@@ -65,7 +65,7 @@ def render(run_dir: str | Path) -> str:
         markdown = report_markdown(comparison)
         (run_dir / "report.md").write_text(markdown)
         plots.plot_intervals(plots.comparison_intervals(comparison), run_dir / plots.VERDICTS,
-                             "Each verdict: the paired ratio and its 95 % interval")
+                             f"Each verdict: the paired ratio and its 95 % interval\n{runs.hardware(comparison)}")
         plots.plot_losses(comparison, run_dir / "loss.png")
         plots.plot_throughput(comparison, run_dir / "throughput.png")
         plots.plot_overhead(comparison, run_dir / "overhead.png")
@@ -424,7 +424,7 @@ def short(estimate: dict[str, Any] | None) -> str:
     if not estimate.get("ci95"):
         return f"{estimate['ratio']:.2f} (one round)"
     lo, hi = estimate["ci95"]
-    return f"{'undecided ' if lo <= 1 <= hi else ''}{estimate['ratio']:.2f} ({lo:.2f}–{hi:.2f})"
+    return f"{'undecided ' if lo <= 1 <= hi else ''}{estimate['ratio']:.2f}{stats.interval_text(estimate)}"
 
 
 def verdict_row(setting: str, comparison: dict[str, Any], workers: int) -> str:

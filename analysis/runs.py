@@ -88,3 +88,13 @@ def median_phases(runs: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def hardware(comparison: dict[str, Any]) -> str:
+    """What the comparison ran on, for a picture's title: its ranks, CPU or GPU, and the machine."""
+    s, env = comparison["settings"], comparison["environment"]
+    ranks = "/".join(str(n) for n in s["workers"])
+    if s["config"].get("use_gpu"):
+        return f"{ranks} GPU rank(s), {env.get('gpu_count', 1)} x {env.get('gpu')}"
+    net = s.get("network")
+    machine = f"one {env['cpu_count']}-core machine ({env['cpu']})"
+    return f"{ranks} CPU rank(s)" + (f", {net['nodes']} simulated nodes on {machine}" if net else f" on {machine}")
+

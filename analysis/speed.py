@@ -50,7 +50,7 @@ def paired_rounds(runs: list[dict[str, Any]], workers: int, a: str, b: str,
 def estimate_dict(estimate: stats.RatioEstimate) -> dict[str, Any]:
     return {"ratio": estimate.ratio, "ci95": list(estimate.ci95) if estimate.ci95 else None, "repeats": estimate.n,
             "half_width": stats.half_width(estimate), "rounds_to_decide": stats.rounds_to_decide(estimate),
-            "pilot": estimate.pilot}
+            "pilot": estimate.pilot, "ratios": list(estimate.ratios)}
 
 
 def compared_arms(launchers: list[str]) -> tuple[str, str]:
@@ -76,9 +76,10 @@ def estimate(runs: list[dict[str, Any]], workers: int, a: str, b: str, pilot: in
 
 
 def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str],
-          pilot: int | None = None) -> dict[str, Any] | None:
+          pilot: int | None = None, one_round: str | None = None) -> dict[str, Any] | None:
     """native ÷ Horovod at `workers`, on Ray when Ray ran, else under their own launchers; None when no round
-    has both. `pilot`: the rounds that were a two-stage pilot (compare --target-ci)."""
+    has both. `pilot`: the rounds that were a two-stage pilot (compare --target-ci); `one_round`: what stopped the
+    rounds at one and what helps, where it was not --repeats."""
     a, b = compared_arms(launchers)
     launcher = "ray" if "ray" in launchers else "own launchers"
     found = estimate(runs, workers, a, b, pilot)
@@ -89,13 +90,14 @@ def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str],
     return {
         "metric": METRIC, "launcher": launcher, **estimate_dict(found),
         "verdict": stats.speed_verdict(found),
-        "sentence": stats.speed_sentence(found) + (f" — {load['caveat']}" if load else ""),
+        "sentence": stats.speed_sentence(found, **({"one_round": one_round} if one_round else {}))
+        + (f" — {load['caveat']}" if load else ""),
         "native": native, "horovod": horovod, "machine_load": load,
     }
 
 
 def end_to_end(runs: list[dict[str, Any]], workers: int, launchers: list[str],
-               pilot: int | None = None) -> dict[str, Any] | None:
+               pilot: int | None = None, one_round: str | None = None) -> dict[str, Any] | None:
     """native ÷ Horovod in runs per second from launch to return (start-up, training, evaluation, teardown: what a
     team's job pays), paired by round as the steady verdict is; None when no round has both."""
     a, b = compared_arms(launchers)
@@ -104,7 +106,8 @@ def end_to_end(runs: list[dict[str, Any]], workers: int, launchers: list[str],
         return None
     native, horovod = paired(runs, workers, a, b, END_TO_END)
     return {"metric": END_TO_END, **estimate_dict(found), "verdict": stats.speed_verdict(found),
-            "sentence": stats.speed_sentence(found), "native": native, "horovod": horovod}
+            "sentence": stats.speed_sentence(found, **({"one_round": one_round} if one_round else {})),
+            "native": native, "horovod": horovod}
 
 
 def machine_load(runs: list[dict[str, Any]], workers: int, arms: tuple[str, str]) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -162,6 +162,30 @@ def two_stage_rounds(pilot_ratios: Sequence[float], target: float, confidence: f
     return max(len(logs), math.ceil((scaled_sd / math.log1p(target)) ** 2))
 
 
+WIDE = 0.5
+"""An interval wider than ±50 % says nothing a reader can use: with too few rounds for a useful one, the rounds' own
+values are shown and how many rounds an interval would need."""
+
+
+def too_few(ratios: Sequence[float], target: float = 0.1) -> str:
+    """The rounds' values, and the rounds in all a ±`target` interval would need at their spread."""
+    shown = ", ".join(f"{r:.2f}" for r in ratios)
+    if len(ratios) < 2:
+        return f"the round's ratio was {shown}"
+    return (f"the rounds' ratios were {shown}; at their spread a ±{100 * target:g} % interval needs about "
+            f"{two_stage_rounds(ratios, target)} rounds")
+
+
+def interval_text(estimate: Mapping[str, Any]) -> str:
+    """` (lo–hi)` for a stored estimate whose interval is useful; else the rounds' values where they are stored."""
+    if not estimate.get("ci95"):
+        return ""
+    if stored_half_width(estimate) > WIDE and estimate.get("ratios"):
+        return f" (rounds {', '.join(f'{r:.2f}' for r in estimate['ratios'])}: too few for an interval)"
+    lo, hi = estimate["ci95"]
+    return f" ({lo:.2f}–{hi:.2f})"
+
+
 def stored_half_width(estimate: Mapping[str, object]) -> float:
     """The half-width of an estimate as comparison.json stores it (one with an interval); from the interval's ends
     where it was written before the half-width was stored."""
@@ -226,19 +250,24 @@ def speed_sentence(
     b_name: str = "horovod",
     *,
     display: Mapping[str, str] | None = None,
+    one_round: str = "run with --repeats 2 or more",
 ) -> str:
-    """The verdict as one sentence, with the gap stated from the winner's side so the percentage reads naturally."""
+    """The verdict as one sentence, with the gap stated from the winner's side so the percentage reads naturally;
+    `one_round`: what to do where one round gave no interval."""
     names = DISPLAY_NAMES if display is None else display
     a_shown, b_shown = names.get(a_name, a_name), names.get(b_name, b_name)
     r = estimate.ratio
     if estimate.ci95 is None:
         return (
-            "one repeat gives no interval, so no verdict: run with --repeats 2 or more "
+            f"one repeat gives no interval, so no verdict: {one_round} "
             f"(single-run ratio: {_signed_percent(100.0 * (r - 1.0))} %)"
         )
     lo, hi = estimate.ci95
     label = f"{100.0 * estimate.confidence:g} % CI"
     verdict = speed_verdict(estimate, a_name, b_name)
+    if verdict == UNDECIDED and half_width(estimate) > WIDE:
+        return (f"{estimate.n} rounds give no useful interval (±{100.0 * half_width(estimate):.0f} %), so no "
+                f"verdict: {too_few(estimate.ratios)}")
     if verdict == f"{a_name} faster":
         return (
             f"{a_shown} is {100.0 * (r - 1.0):.1f} % faster "

@@ -42,7 +42,7 @@ def per_workers(comparison: dict[str, Any], n: int) -> list[str]:
         out.append(f"CPU cost: {cost['sentence']}")
     if found := comparison.get("efficiency", {}).get(key):
         out.append("efficiency (samples/s ÷ the ceiling's, nothing averaged): " + ", ".join(
-            f"{arm} {e['ratio']:.2f}" + (f" ({e['ci95'][0]:.2f}–{e['ci95'][1]:.2f})" if e["ci95"] else "")
+            f"{arm} {e['ratio']:.2f}" + stats.interval_text(e)
             for arm, e in found.items()) + ("; above 1: faster than the ceiling, within its interval or the "
                                             "ceiling's runs were slowed (the report says which)"
                                             if any(e["ratio"] > 1 for e in found.values()) else ""))

@@ -185,5 +185,6 @@ def render(grid_dir: str | Path) -> str:
     (Path(grid_dir) / "report.md").write_text(written)
     per = "model" if grid["varied"] == ["model"] else "setting"
     plots.plot_intervals(intervals(grid, comparisons), Path(grid_dir) / plots.VERDICTS,
-                         f"native ÷ Horovod, steady samples/s per {per}, with its 95 % interval")
+                         f"native ÷ Horovod, steady samples/s per {per}, with its 95 % interval"
+                         + (f"\n{runs.hardware(next(iter(comparisons.values())))}" if comparisons else ""))
     return written

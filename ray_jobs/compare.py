@@ -30,7 +30,7 @@ from typing import Any
 from analysis import parity, report, runs, terminal, text, tuning
 from contract import models
 from contract.comparison import GROUPS, LISTS, CompareConfig
-from contract.config import ConfigError, TrainConfig
+from contract.config import BACKENDS, ConfigError, TrainConfig
 from experiments import link_sweep, netsim, predict_gpus, regime
 from ray_jobs import grid, orchestrator, resume
 from runtime import cli, files, flags, folder_lock, preflight, signals
@@ -231,8 +231,22 @@ def model_size(key: int | str) -> dict[str, int]:
             "gradient_bytes": models.gradient_bytes(name, width=width)}
 
 
+NO_VERDICT = 3
+"""compare's exit code when every run finished but --repeats 2 or more left a worker count without a speed interval
+(--budget-min cut the rounds): no answer is not a success to a script (docs/right-or-refused.md)."""
+
+
+def unanswered(comparison: dict[str, Any]) -> list[str]:
+    """The worker counts where rounds were asked for an interval and the speed verdict has none."""
+    s = comparison["settings"]
+    if s["repeats"] < 2 or not set(BACKENDS) <= set(s["backends"]):
+        return []
+    return [str(n) for n in s["workers"] if (comparison["speed"].get(str(n)) or {}).get("ci95") is None]
+
+
 def outcome(comparisons: list[dict[str, Any]], assert_parity: bool) -> int:
-    """The exit code: 1 when a run failed, or with --assert-parity when a parity verdict is FAIL."""
+    """The exit code: 1 when a run failed, or with --assert-parity when a parity verdict is FAIL; NO_VERDICT when
+    rounds were asked for and a speed verdict has no interval."""
     failed = [r for c in comparisons for r in c["runs"] if r["status"] != "ok"]
     failing_parity = [f"{n} worker(s)" + (f" ({c['settings']['config']['compression']} compression, bucket "
                                           f"{c['settings']['config']['bucket_mb']:g})" if len(comparisons) > 1 else "")
@@ -248,6 +262,10 @@ def outcome(comparisons: list[dict[str, Any]], assert_parity: bool) -> int:
     if assert_parity and failing_parity:
         log.error("parity FAIL at %s", ", ".join(failing_parity))
         return 1
+    if missing := [n for c in comparisons for n in unanswered(c)]:
+        log.error("no speed verdict at %s worker(s): too few rounds ran for an interval (the report says why); exit %d",
+                  ", ".join(missing), NO_VERDICT)
+        return NO_VERDICT
     return 0
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from analysis import parity, speed, stats
+from analysis import parity, speed, stats, text
 from analysis.runs import COMPARISON
 from cluster import worker_output
 from cluster.ray_address import check_address
@@ -60,7 +60,7 @@ class Plan:
     per_backend: dict[str, dict[str, Any]] | None = None
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     """--target-ci's second stage per worker count: what the pilot asked for and what was added (execute fills it)."""
-    pilot_cut: dict[str, int] | None = None
+    pilot_cut: dict[str, float] | None = None
     """Where --budget-min stopped the pilot: the worker count and the rounds that ran (execute fills it)."""
     finished: dict[str, dict[str, Any]] = field(default_factory=dict)
     """With --resume: the runs that finished whole before the comparison stopped, by folder (ray_jobs/resume.py)."""
@@ -197,9 +197,10 @@ def execute(planned: Plan, started: float) -> list[dict[str, Any]]:
     # --budget-min bounds the whole comparison: a pilot that outruns it stops at the end of a round.
     planned.pilot_cut = _run_all(planned, planned.runs, records, spent,
                                  started + 60 * cmp.budget_min if cmp.target_ci else None)
-    if planned.pilot_cut:
-        log.info("--budget-min %g is spent: the pilot stopped after %d of %d round(s) at %d worker(s), and no round "
-                 "is added", cmp.budget_min, planned.pilot_cut["rounds"], cmp.repeats, planned.pilot_cut["workers"])
+    if cut := planned.pilot_cut:
+        log.info("--budget-min %g leaves %s, and a round took %s here: the pilot stopped after %d of %d round(s) at %d "
+                 "worker(s), and no round is added", cmp.budget_min, text.duration(cut["left_s"]),
+                 text.duration(cut["round_s"]), cut["rounds"], cmp.repeats, cut["workers"])
     elif cmp.target_ci:
         # Stein's two-stage procedure: the rounds so far are the pilot; its spread alone fixes how many in all.
         for n in cmp.worker_counts:
@@ -234,7 +235,8 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
                 took.append(time.monotonic() - round_began)
             round_began, ran = time.monotonic(), False
             if deadline is not None and round_ > 0 and took and round_began + sum(took) / len(took) > deadline:
-                return {"workers": n, "rounds": round_}
+                return {"workers": n, "rounds": round_, "round_s": sum(took) / len(took),
+                        "left_s": max(0.0, deadline - round_began)}
         began = time.monotonic()
         shown.start()
         if (reused := planned.reused.get((arm.label, n))) is not None:
@@ -291,9 +293,10 @@ def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[st
         key = str(n)
         if not planned.per_backend:
             out["parity"][key] = parity.verdict(first_losses(records, n), cmp.parity_steps, cmp.tolerance, compared)
-        if both and (answer := speed.speed(records, n, launchers, pilot)):
+        one_round = cut_advice(planned)
+        if both and (answer := speed.speed(records, n, launchers, pilot, one_round)):
             out["speed"][key] = {**answer, **({"two_stage": planned.stages[key]} if key in planned.stages else {})}
-        if both and (whole := speed.end_to_end(records, n, launchers, pilot)):
+        if both and (whole := speed.end_to_end(records, n, launchers, pilot, one_round)):
             out["end_to_end"][key] = whole
         if both and (cost := speed.cpu_cost(records, n, launchers, pilot)):
             out["cpu_cost"][key] = cost
@@ -307,6 +310,16 @@ def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[st
     return {"schema_version": 2, "run_id": planned.run_dir.name, "settings": settings(planned),
             "environment": environment, "wall_time_s": wall_time_s, "runs": records,
             "not_applicable": planned.not_applicable, **out, "model": model_record(base, records)}
+
+
+def cut_advice(planned: Plan) -> str | None:
+    """Where --budget-min cut the pilot: what stopped the rounds, and what helps, for a verdict left without one."""
+    cut, cmp = planned.pilot_cut, planned.cmp
+    if not cut:
+        return None
+    return (f"--budget-min {cmp.budget_min:g} stopped the pilot after {cut['rounds']} of {cmp.repeats} rounds, a round "
+            f"taking {text.duration(cut['round_s'])} on this machine; run it on a quieter machine or with a larger "
+            "--budget-min")
 
 
 def first_losses(records: list[dict[str, Any]], n: int) -> dict[str, list[float]]:

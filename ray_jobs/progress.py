@@ -53,7 +53,7 @@ class Progress:
         left = sum(statistics.median(s) for s in spans)
         if self.deadline is not None and left > (budget := max(0.0, self.deadline - time.monotonic())):
             return f"about {text.duration(budget)} left: --budget-min starts no round that would end past it"
-        return f"about {text.duration(left)} left"
+        return f"about {text.duration(left)} left at the pace so far"
 
 
 def outcome(record: dict[str, Any]) -> str:

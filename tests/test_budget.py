@@ -40,7 +40,7 @@ def test_a_pilot_past_the_budget_stops_at_the_end_of_a_round_and_says_how_many_r
     planned.runs, _ = orchestrator.runs([2], planned.arms, cmp.repeats)
     records, spent = [], {}
     cut = orchestrator._run_all(planned, planned.runs, records, spent, deadline=0.0)  # spent before it began
-    assert cut == {"workers": 2, "rounds": 1}  # the first round runs whole: a verdict needs one
+    assert (cut["workers"], cut["rounds"], cut["left_s"]) == (2, 1, 0.0)  # the first round runs whole: a verdict needs one
     assert [(r["arm"], r["round"]) for r in records if r["launcher"] != "local"] == [("native", 0), ("horovod", 0)]
 
 
@@ -50,14 +50,16 @@ def test_the_first_time_left_comes_from_a_run_of_the_same_kind_never_a_guess():
     shown.took[("reference", 2)] = [1.0]
     assert shown.left(1) == "the time left is known after the first round"  # a reference prices no training run
     shown.took[("native", 2)] = [60.0]
-    assert shown.left(2) == "about 2 min 0 s left"  # horovod priced as native ran until it has run itself
+    # horovod priced as native ran until it has run itself
+    assert shown.left(2) == "about 2 min 0 s left at the pace so far"
 
 
 def test_no_round_starts_that_the_rounds_so_far_say_would_end_past_the_budget(ten_second_runs):
     clock, planned = ten_second_runs
     records = []
     # round 1 (the two references and both arms) takes 40 s: a second would end at 80 s, past a deadline at 50 s
-    assert orchestrator._run_all(planned, planned.runs, records, {}, deadline=50.0) == {"workers": 2, "rounds": 1}
+    assert orchestrator._run_all(planned, planned.runs, records, {}, deadline=50.0) == {
+        "workers": 2, "rounds": 1, "round_s": 40.0, "left_s": 10.0}
     assert clock[0] == 40.0  # the old rule, past the deadline only, started round 2 at 40 s and ran to 60 s
 
 
@@ -69,7 +71,7 @@ def test_the_time_left_never_passes_the_budget(monkeypatch):
     assert shown.left(2) == "about 9 min 0 s left: --budget-min starts no round that would end past it"
     unbounded = progress.Progress(todo, 6)
     unbounded.took = shown.took
-    assert unbounded.left(2) == "about 20 min 0 s left"
+    assert unbounded.left(2) == "about 20 min 0 s left at the pace so far"
 
 
 def test_make_compare_s_target_gives_way_to_a_repeats_below_its_pilot_and_to_one_backend_and_says_so(caplog):
@@ -93,5 +95,21 @@ def test_a_resume_s_kept_rounds_do_not_price_the_rounds_it_runs(ten_second_runs)
     # rounds 1 and 2 finished before a stop: kept in no time, they must not make a round look free
     planned.finished = {orchestrator.run_name(arm, r, 2): record(arm, r, 2) for r, arm, _ in planned.runs if r < 2}
     records = []
-    assert orchestrator._run_all(planned, planned.runs, records, {}, deadline=25.0) == {"workers": 2, "rounds": 3}
+    assert orchestrator._run_all(planned, planned.runs, records, {}, deadline=25.0) == {
+        "workers": 2, "rounds": 3, "round_s": 20.0, "left_s": 5.0}
     assert clock[0] == 20.0  # round 3 ran (20 s); round 4 would have ended at 40 s
+
+
+def test_a_cut_pilot_s_verdict_says_what_stopped_it_and_what_helps_and_the_command_exits_3(ten_second_runs):
+    from ray_jobs import compare
+
+    clock, planned = ten_second_runs
+    planned.pilot_cut = orchestrator._run_all(planned, planned.runs, [], {}, deadline=50.0)
+    assert orchestrator.cut_advice(planned) == (
+        "--budget-min 1 stopped the pilot after 1 of 4 rounds, a round taking 40 s on this machine; run it on a "
+        "quieter machine or with a larger --budget-min")
+    unanswered = {"settings": {"repeats": 4, "backends": ["native", "horovod"], "workers": [2]}, "runs": [],
+                  "parity": {}, "speed": {"2": {"ci95": None}}}
+    assert compare.outcome([unanswered], assert_parity=False) == compare.NO_VERDICT == 3
+    one_asked = {**unanswered, "settings": {**unanswered["settings"], "repeats": 1}}
+    assert compare.outcome([one_asked], assert_parity=False) == 0  # --repeats 1 asked for no interval

@@ -393,7 +393,7 @@ def test_a_progress_line_ends_each_reference_and_each_round_with_the_time_left(m
     line = shown.done(3, run("horovod", 2, 0, None))
     assert line.startswith("[3/5] round 1/2 · 2 worker(s): native 2,800 samples/s steady, 31.5 s end to end; "
                            "horovod FAILED: RuntimeError")
-    assert line.endswith(" · about 40 s left")  # each arm at its own median so far: 10 + 30 s
+    assert line.endswith(" · about 40 s left at the pace so far")  # each arm at its own median so far: 10 + 30 s
 
 
 def test_a_refused_render_leaves_every_report_and_picture_as_it_was(tmp_path):

@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from analysis import stats
 from analysis.stats import (MAX_ROUNDS, RatioEstimate, balanced_order, half_width, mean_interval, paired_ratio,
                             rounds_to_decide, speed_sentence, speed_verdict, spread, t_quantile, two_stage_ratio,
                             two_stage_rounds)
@@ -249,3 +250,14 @@ def test_after_two_stages_the_rounds_to_decide_go_by_the_pilots_spread():
     sd, gap = statistics.stdev(pilot), statistics.fmean(pilot + rest)
     assert needed > 10 and t_quantile(0.975, 2) * sd / math.sqrt(needed) < gap
     assert t_quantile(0.975, 2) * sd / math.sqrt(needed - 1) >= gap
+
+
+def test_too_few_rounds_for_a_useful_interval_show_their_values_and_the_rounds_an_interval_needs():
+    wide = stats.paired_ratio([100.0, 180.0], [120.0, 60.0])  # two rounds that disagree: t(1) makes it ±3400 %
+    said = stats.speed_sentence(wide)
+    assert said.startswith("2 rounds give no useful interval (±") and "CI" not in said
+    assert said.endswith("the rounds' ratios were 0.83, 3.00; at their spread a ±10 % interval needs about 14581 "
+                         "rounds")
+    efficiency = {"ratio": 1.22, "ci95": [0.017, 85.8], "ratios": [0.87, 1.70]}
+    assert stats.interval_text(efficiency) == " (rounds 0.87, 1.70: too few for an interval)"
+    assert stats.interval_text({"ratio": 0.9, "ci95": [0.85, 0.95]}) == " (0.85–0.95)"
