@@ -618,6 +618,7 @@ def other_sections(comparison: dict[str, Any]) -> list[str]:
             else ""
         out += ["", "## Where the ranks ran", "", "Each run's ranks by node, as the workers reported them (on Ray, "
                 f"Ray's node; under torchrun, mp.spawn and horovodrun, the host){crossed}.", "", placed]
+        out += ["", named] if (named := interfaces_line(comparison)) else []
     return out
 
 
@@ -660,6 +661,19 @@ def model_line(comparison: dict[str, Any]) -> str:
     inputs = ("28x28 digits" if spec.inputs == models.DIGITS else
               f"synthetic 3x{model.get('image_size', 32)}x{model.get('image_size', 32)} images")
     return f"Model **{name}** ({spec.what}{size}), on {inputs}."
+
+
+def interfaces_line(comparison: dict[str, Any]) -> str | None:
+    """The network interfaces each arm's rank 0 had named (framework_env.INTERFACES), where any run recorded one."""
+    by_arm: dict[str, dict[str, str]] = {}
+    for r in comparison["runs"]:
+        if r["status"] == "ok" and r["launcher"] != "local" and r.get("interfaces") is not None:
+            by_arm.setdefault(r["arm"], r["interfaces"])
+    if not any(by_arm.values()):
+        return None
+    return "Interfaces named in each arm's rank 0: " + "; ".join(
+        f"{arm}: " + (", ".join(f"`{k}={v}`" for k, v in named.items()) or "none (each library's own choice)")
+        for arm, named in by_arm.items()) + "."
 
 
 def placement_table(comparison: dict[str, Any]) -> str | None:

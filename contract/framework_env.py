@@ -21,6 +21,11 @@ WIRING = re.compile(r"HOROVOD_(RANK|SIZE|LOCAL_RANK|LOCAL_SIZE|CROSS_RANK|CROSS_
                     r"SDIST|BUILD_.*|WITH_.*|WITHOUT_.*|GPU_.*|GPU|NCCL_HOME|NCCL_INCLUDE|NCCL_LIB|NCCL_LINK|"
                     r"CUDA_HOME|CUDA_INCLUDE|CUDA_LIB|CMAKE|MPI_THREADS_DISABLE)")
 """Set by horovodrun, Ray's Horovod executor or this project's workers to wire the ranks; or read only by a build."""
+INTERFACES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE")
+"""The network interfaces named for DDP's gloo, for NCCL (both backends on GPUs) and for Horovod's gloo."""
+KEPT_ON_RAY = ("NCCL_SOCKET_IFNAME",)
+"""Exported where Horovod's Ray executor starts, and set by it on every worker to the interfaces it detected: the
+export is put back on the workers (horovod_ddp/worker.py), so that the user's interface is the one in force."""
 FLAGS = {"HOROVOD_FUSION_THRESHOLD": "--bucket-mb", "HOROVOD_CYCLE_TIME": "--cycle-time-ms",
          "HOROVOD_AUTOTUNE": "--autotune", "HOROVOD_AUTOTUNE_LOG": "--autotune", "HOROVOD_TIMELINE": "--trace"}
 """The variables this project sets from a flag of its own (contract/options.py: horovod_env), for both backends
@@ -69,3 +74,9 @@ def _value(name: str, value: str) -> str:
     if name == "HOROVOD_CYCLE_TIME":
         return f" {number:g}"
     return ""
+
+
+def interfaces(environ: Mapping[str, str]) -> dict[str, str]:
+    """The interfaces named in `environ`, by variable."""
+    return {name: environ[name] for name in INTERFACES if name in environ}
+

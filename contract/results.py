@@ -60,6 +60,7 @@ def environment() -> dict[str, Any]:
         **_gpus(torch),
         "hostname": platform.node(),
         "framework_settings": framework_env.in_force(os.environ),
+        "interfaces": framework_env.interfaces(os.environ),
     }
 
 

@@ -23,9 +23,12 @@ log = logging.getLogger(__name__)
 HOROVOD = Framework(init=init, lost_peer=lost_peer, shutdown=shutdown)
 
 
-def ray_worker(config: dict[str, Any], restarts: int = 0) -> dict[str, Any] | None:
-    """The function horovod.ray.RayExecutor runs on each Ray worker; `restarts`: earlier failed attempts."""
+def ray_worker(config: dict[str, Any], restarts: int = 0,
+               exported: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The function horovod.ray.RayExecutor runs on each Ray worker; `restarts`: earlier failed attempts;
+    `exported`: the driver's interface settings that the executor overwrote (framework_env.KEPT_ON_RAY)."""
     cfg = TrainConfig.from_dict(config)
+    os.environ.update(exported or {})  # Horovod: the executor set NCCL_SOCKET_IFNAME to what it detected
     if interface := placement.link_interface():
         # Horovod: RayExecutor picks the interface from the workers' hostnames, and where they are all alike
         # (nodes simulated on one host) it picks loopback, which crosses no link; the interface the node names for

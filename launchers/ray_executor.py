@@ -6,9 +6,11 @@ would also move the native backend off Train V2; RayExecutor works with the pinn
 
 import contextlib
 import logging
+import os
 import threading
 from typing import Any
 
+from contract import framework_env
 from contract.config import TrainConfig
 from contract.errors import RunFailed
 from horovod_ddp.adapter import import_horovod
@@ -39,7 +41,8 @@ def run(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
             executor.shutdown()  # what the start placed goes: the next run needs its CPUs
             raise
         try:
-            outputs = executor.run(ray_worker, args=[cfg.to_dict(), attempt])
+            exported = {name: os.environ[name] for name in framework_env.KEPT_ON_RAY if name in os.environ}
+            outputs = executor.run(ray_worker, args=[cfg.to_dict(), attempt, exported])
             return next(doc for doc in outputs if doc)
         except Exception as error:  # noqa: BLE001 - any worker failure counts against max_failures
             attempt += 1

@@ -11,7 +11,6 @@ machine, use torchrun or Ray (python -m ray_jobs.train).
 """
 
 import argparse
-import ctypes
 import logging
 import os
 import signal
@@ -19,7 +18,7 @@ from typing import Any
 
 from contract import options
 from contract.errors import SPAWNED_ENV
-from runtime import cli, flags, gpus, launch, preflight, run_folder, signals
+from runtime import cli, flags, gpus, launch, preflight, run_folder, signals, tied
 from workload import data
 
 LAUNCHER = "mp.spawn"
@@ -28,7 +27,6 @@ STOP_WAIT_S = 30.0
 JOIN_GRACE_S = 3.0
 """Once a rank has failed, how long the others get to end on their own, then after mp.spawn's SIGTERM, before it
 kills them (a stopped rank, which SIGTERM cannot end, would otherwise hold the command for mp.spawn's 30 s)."""
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 # torch is imported once the flags are good: --help and a refused flag answer at once.
 
@@ -81,7 +79,7 @@ def spawned_rank(index: int, config: dict[str, Any], world_size: int) -> None:
     give it, then the same rank's life. Ctrl-C is the launcher's to pass on, as SIGTERM, as torchrun does."""
     os.environ.update(RANK=str(index), LOCAL_RANK=str(index), WORLD_SIZE=str(world_size), **{SPAWNED_ENV: "1"})
     # torch's wrapper asks for SIGINT when the launcher dies, which these ranks ignore: SIGTERM, which they answer.
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    tied.die_with_parent(signal.SIGTERM)
 
     def rank() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # again: cli.run has just set its own handler for it

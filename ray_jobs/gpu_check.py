@@ -39,7 +39,7 @@ from contract.comparison import CompareConfig
 from contract.config import ConfigError, TrainConfig
 from contract.errors import RunFailed
 from ray_jobs import compare, grid, orchestrator
-from runtime import cli, preflight
+from runtime import cli, preflight, tied
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
@@ -71,8 +71,12 @@ def parser() -> cli.Parser:
 
 
 def main() -> int:
+    tied.die_with_parent()  # make killed with SIGKILL ends the check too
     began = time.monotonic()
     args, rest = parser().parse_known_args()
+    if not BUILD.is_file():
+        raise ConfigError(f"the GPU check builds Horovod with {BUILD.relative_to(REPO)}, which an installed copy lacks; "
+                          "run it from a clone of the repository (make gpu-check)")
     gpus = 1 if args.cpu_stand_in else count_gpus()
     if not args.sdist or not Path(args.sdist).is_file():
         raise ConfigError(f"name Horovod 0.28.1's sdist with --sdist or HOROVOD_SDIST (got {args.sdist or 'none'}); "
@@ -91,9 +95,9 @@ def main() -> int:
     target = Path(tempfile.mkdtemp(prefix="horovod-nccl-"))
     atexit.register(shutil.rmtree, target, ignore_errors=True)
     log.info("building Horovod with NCCL into %s (%s)", target, toolchain.why)
-    built = subprocess.run([sys.executable, str(BUILD), "--sdist", args.sdist, "--target", str(target)])
-    if built.returncode:
-        raise RunFailed(f"building Horovod with NCCL failed (exit {built.returncode}; its output is above)")
+    # Tied: a check killed midway takes the build's pip, cmake and nvcc with it.
+    if built := tied.run([sys.executable, str(BUILD), "--sdist", args.sdist, "--target", str(target)]):
+        raise RunFailed(f"building Horovod with NCCL failed (exit {built}; its output is above)")
     use(target)
     log.info("Horovod with NCCL ready after %s", text.duration(time.monotonic() - began))
     return measure(argv, began + 60 * cmp.budget_min)

@@ -385,6 +385,7 @@ def record_of(arm: Arm, round_: int, n: int, run_dir: Path, doc: dict[str, Any])
             "status": "ok", "error": None, "results": str((folder / results.FILENAME).relative_to(run_dir)),
             "artifacts": sorted(str(p.relative_to(run_dir)) for pattern in ARTIFACTS for p in folder.glob(pattern)),
             **{k: doc.get(k) for k in RUN_KEYS}, **({"network": doc["network"]} if doc.get("network") else {}),
+            "interfaces": (doc.get("environment") or {}).get("interfaces"),
             speed.METRIC: doc["epochs"][-1]["samples_per_s_median"]}
 
 

@@ -2,7 +2,10 @@
 capabilities seen or given; and the wheel cache's key for each."""
 
 import importlib.util
+import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -138,3 +141,16 @@ def test_a_toolkit_missing_a_part_builds_no_nccl_and_names_the_part_and_its_whee
 def test_an_sdist_that_is_not_a_file_is_refused_in_one_line_before_torch(tmp_path, capsys):
     assert build_horovod.main(["--sdist", str(tmp_path / "missing.tar.gz")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_killed_build_s_folder_is_cleared_at_the_next_start_and_a_running_one_is_left(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a process that has ended: the killed build's owner
+    killed, running, starting = (tmp_path / f"{build_horovod.BUILD_PREFIX}{name}" for name in ("a", "b", "c"))
+    for folder, owner in ((killed, gone.pid), (running, os.getpid())):
+        (folder / "tmp").mkdir(parents=True)
+        (folder / build_horovod.OWNER).write_text(str(owner))
+    starting.mkdir()  # no owner file yet
+    build_horovod.clear_killed_builds()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [running.name, starting.name]

@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import shlex
+import statistics
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ def commands(block: str) -> list[str]:
 
 
 EVERY = [(page, command) for page, block in blocks() for command in commands(block)]
-OTHER_PROGRAMS = {"export", "ray", "tensorboard", ".venv/bin/tensorboard", "pip"}
+OTHER_PROGRAMS = {"export", "source", "ray", "tensorboard", ".venv/bin/tensorboard", "pip"}
 """Commands of other programs, whose flags are theirs: a user's shell, Ray's CLI, TensorBoard, pip."""
 PLACEHOLDER = re.compile(r"<[^>]+>|\.\.\.|…")
 
@@ -216,3 +217,24 @@ def test_the_readme_s_rows_by_hardware_are_the_committed_results():
 
 BY_HARDWARE = "<!-- by hardware: tests/test_docs.py ties each figure to docs/results -->"
 ANSWER_START = "<!-- the answer: tests/test_docs.py checks each row against docs/results -->"
+
+
+def test_the_readme_s_first_block_runs_the_comparison_and_the_tests_with_their_measured_times():
+    """The two commands a newcomer needs first, each with its time; make test's is the median of the fresh-clone
+    totals docs/install.md records, and Ray Train's later start is the committed models' medians."""
+    readme = (REPO / "README.md").read_text()
+    first = readme.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [line.split()[0] for line in first[:2]] == ["make", "make"] and "compare" in first[0] and "test" in first[1]
+    row = next(line for line in (REPO / "docs" / "install.md").read_text().splitlines()
+               if line.startswith("| `make test`: the whole suite"))
+    totals = [int(m) + int(s) / 60 for m, s in re.findall(r"(\d+) min (\d+) s", re.sub(r"\([^)]*\)", "",
+                                                                                       row.split(" | ")[2]))]
+    assert f"(a median {round(statistics.median(totals))} min on 2 cores: docs/install.md)" in first[1], totals
+    started = {arm: [] for arm in ("native", "horovod")}
+    for path in [*RESULTS.glob("models/model-*/comparison.json"), RESULTS / "vit_b_16" / "comparison.json"]:
+        by_arm = {arm: [r["phases"]["workers_started"] for r in json.loads(path.read_text())["runs"]
+                        if r["status"] == "ok" and r["arm"] == arm] for arm in started}
+        for arm, values in by_arm.items():
+            started[arm].append(statistics.median(values))
+    assert (f"Ray Train had its workers up {_span(started['native'], 1)} s after launch, RayExecutor "
+            f"{_span(started['horovod'], 1)} s") in " ".join(readme.split()), started

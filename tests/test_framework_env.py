@@ -1,6 +1,7 @@
 """The frameworks' settings from the environment (contract/framework_env.py): recorded where they are the user's,
 refused where this project sets them from a flag, and a resume under other ones refused."""
 
+import os
 from dataclasses import replace
 
 import pytest
@@ -45,3 +46,50 @@ def test_a_resume_under_other_framework_settings_is_refused(tmp_path, monkeypatc
     monkeypatch.setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "1")
     with pytest.raises(ConfigError, match=r"HOROVOD_HIERARCHICAL_ALLREDUCE=\(unset\) -> 1 in the environment"):
         resume.check(tmp_path, resume.request(replace(base), cmp))
+
+
+def test_horovod_on_ray_runs_with_the_exported_nccl_interface_not_the_one_its_executor_detected(monkeypatch):
+    from horovod_ddp import worker
+    from launchers import ray_executor
+
+    seen = {}
+    monkeypatch.setattr(worker, "run_rank", lambda *args: seen.setdefault("nic", framework_env.interfaces(os.environ)))
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")  # what RayExecutor's detect_nics set on the worker
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    worker.ray_worker(TrainConfig().to_dict(), 0, {"NCCL_SOCKET_IFNAME": "ib0"})
+    assert seen["nic"]["NCCL_SOCKET_IFNAME"] == "ib0"
+
+    class Executor:  # records what the driver hands every worker
+        def __init__(self, *args, **kwargs):
+            pass
+
+        @staticmethod
+        def create_settings(**kwargs):
+            return kwargs
+
+        def run(self, fn, args):
+            seen["args"] = args
+            return [{"done": True}]
+
+        def shutdown(self):
+            pass
+
+    import horovod.ray
+
+    monkeypatch.setattr(horovod.ray, "RayExecutor", Executor)
+    monkeypatch.setattr(ray_executor, "start_bounded", lambda *args: None)
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")
+    ray_executor.run(TrainConfig(), ray_executor.RayRunOptions())
+    assert seen["args"][2] == {"NCCL_SOCKET_IFNAME": "ib0"}
+
+
+def test_the_report_names_each_arm_s_interfaces():
+    from analysis import report
+
+    ran = [{"arm": "native", "launcher": "ray", "status": "ok", "interfaces": {}},
+           {"arm": "horovod", "launcher": "ray", "status": "ok",
+            "interfaces": {"HOROVOD_GLOO_IFACE": "eth0", "NCCL_SOCKET_IFNAME": "ib0"}}]
+    assert report.interfaces_line({"runs": ran}) == (
+        "Interfaces named in each arm's rank 0: native: none (each library's own choice); horovod: "
+        "`HOROVOD_GLOO_IFACE=eth0`, `NCCL_SOCKET_IFNAME=ib0`.")
+    assert report.interfaces_line({"runs": ran[:1]}) is None

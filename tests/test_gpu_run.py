@@ -1,8 +1,10 @@
 """tools/gpu_run.sh, the GPU check's first run on an offline GPU machine: it cannot report success when a step failed.
 Its commands are stand-ins on PATH here (nvidia-smi, python3), each exiting as the case says."""
 
+import importlib.util
 import os
 import subprocess
+import zipfile
 
 import pytest
 
@@ -66,3 +68,42 @@ def test_without_horovod_s_sdist_the_check_is_named_not_run_and_an_output_inside
                           env={**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"})
     assert done.returncode == 1 and "failed: check" in done.stderr
     assert "check: not run (no .gpu/horovod-*.tar.gz" in (tmp_path / "out" / "steps.txt").read_text()
+
+
+def _ray_bundle():
+    spec = importlib.util.spec_from_file_location("ray_bundle", REPO / "tools" / "ray_bundle.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_ray_bundle_writes_its_wheel_whole_or_under_a_name_the_next_start_clears(tmp_path):
+    bundle = _ray_bundle()
+    wheel = tmp_path / "ray-1.0-cp312-cp312-manylinux2014_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as made:
+        made.writestr("ray/__init__.py", "")
+        made.writestr("ray/jars/ray.jar", "java")
+        made.writestr("ray-1.0.dist-info/RECORD", "")
+    out = tmp_path / "out"
+    out.mkdir()
+    bundle.strip(wheel, out / wheel.name)
+    assert [p.name for p in out.iterdir()] == [wheel.name]  # renamed once whole: no .part left
+    with zipfile.ZipFile(out / wheel.name) as stripped:
+        assert "ray/jars/ray.jar" not in stripped.namelist() and stripped.testzip() is None
+    killed = tmp_path / "killed"
+    (killed / bundle.SCRATCH).mkdir(parents=True)
+    (killed / (wheel.name + bundle.PART)).write_bytes(b"PK\x03\x04 cut")
+    assert bundle.killed_bundle(killed) and not bundle.killed_bundle(out)
+    assert bundle.main(["--out", str(out)]) == 2  # a finished bundle is not overwritten
+
+
+def test_a_rehearsal_s_keep_folder_is_reused_when_a_rehearsal_wrote_it_and_refused_otherwise(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("gpu_rehearsal", REPO / "tools" / "gpu_rehearsal.py")
+    rehearsal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rehearsal)
+    keep = tmp_path / "keep"
+    (keep / "env").mkdir(parents=True)  # a killed rehearsal's
+    (keep / "notes.txt").write_text("mine")
+    assert rehearsal.main(["--keep", str(keep)]) == 2
+    assert "holds files no rehearsal wrote" in capsys.readouterr().err and (keep / "notes.txt").exists()
+    assert {"env", "check.log", "ray-site"} <= rehearsal.WRITTEN

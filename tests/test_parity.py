@@ -1,14 +1,17 @@
 """The parity verdict compares what was asked for, and writes no NaN."""
 
+import importlib.util
 from dataclasses import replace
 
 import pytest
+import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from analysis import parity, runs
 from contract.comparison import CompareConfig
 from contract.config import TrainConfig
 from ray_jobs import orchestrator
+from tests.helpers import REPO
 from workload import data, reference
 
 
@@ -127,3 +130,16 @@ def test_a_planted_difference_fails_at_three_workers(residual_comparison, tmp_pa
     losses = {**orchestrator.first_losses(comparison["runs"], 3), "native/torchrun": planted}
     verdict = parity.verdict(losses, 50, 1e-4, ["native/torchrun", "horovod/horovodrun"])
     assert verdict["verdict"] == "FAIL" and verdict["floor"]["worst_over_allowance"]["native/torchrun vs reference"] > 1
+
+
+def test_the_first_step_comparison_tells_a_reordered_sum_from_a_real_difference():
+    spec = importlib.util.spec_from_file_location("first_step_gradients", REPO / "tools" / "first_step_gradients.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    torch.manual_seed(0)
+    grads = [[torch.randn(1000)] for _ in range(3)]
+    reordered = [(grads[2][0] / 3 + grads[1][0] / 3) + grads[0][0] / 3]  # what a ring may sum, another order
+    same = tool.compared(reordered, grads, "native", reverse=False)
+    assert same["within_reordering"] == 1.0 and same["worst_over_bound"] <= 1 and same["identical"] < 1
+    planted = [reordered[0] + 1e-4]
+    assert tool.compared(planted, grads, "native", reverse=False)["within_reordering"] < 0.01

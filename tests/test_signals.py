@@ -330,3 +330,30 @@ def test_its_own_ray_node_killed_under_a_run_is_one_line_naming_the_node(base_cf
     while not _private_rays() <= before and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _private_rays() <= before
+
+
+TIED = """import sys
+from runtime import tied
+sys.exit(tied.run(["sh", "-c", "sleep 300 & sleep 301; exit 3"]))
+"""
+
+
+def test_a_tied_command_and_all_it_started_end_with_a_sigkilled_parent_and_keep_their_exit_code(tmp_path):
+    # A killed build's pip, cmake and nvcc: the command's own children, however deep, end with the process it serves.
+    parent = subprocess.Popen([sys.executable, "-c", TIED], cwd=REPO, start_new_session=True)
+    deadline = time.monotonic() + 20
+    while len(sleeps := _sleeps()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(sleeps) == 2, sleeps
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    while _sleeps() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _sleeps()
+    from runtime import tied
+
+    assert tied.run(["sh", "-c", "exit 7"]) == 7
+
+
+def _sleeps() -> list[str]:
+    return subprocess.run(["pgrep", "-f", "^sleep 30[01]$"], capture_output=True, text=True).stdout.split()

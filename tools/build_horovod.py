@@ -219,17 +219,22 @@ def build_wheel(torch_version: str, cache: Path, build: Build, sdist: str | None
     standard = cxx_standard(torch_version)
     print(f"building horovod {HOROVOD_VERSION} against torch {torch_version} as C++{standard} "
           "(a few minutes on 2 cores, once per machine)", flush=True)
-    with tempfile.TemporaryDirectory(prefix="horovod-build-") as tmp:
+    clear_killed_builds()
+    with tempfile.TemporaryDirectory(prefix=BUILD_PREFIX) as tmp:
         work = Path(tmp)
+        (work / OWNER).write_text(str(os.getpid()))
+        (work / "tmp").mkdir()  # pip's and nvcc's own temporary files, gone with the folder, or with the next start
+        scratch = {**os.environ, "TMPDIR": str(work / "tmp")}
         if sdist:
             shutil.copy(sdist, work)
         else:
-            pip("download", "--no-deps", "--no-binary", ":all:", f"horovod=={HOROVOD_VERSION}", "-d", str(work))
+            pip("download", "--no-deps", "--no-binary", ":all:", f"horovod=={HOROVOD_VERSION}", "-d", str(work),
+                env=scratch)
         with tarfile.open(next(work.glob("horovod-*.tar.gz"))) as archive:
             archive.extractall(work, filter="data")
         source = work / f"horovod-{HOROVOD_VERSION}"
         patch_sdist(source, standard, build.gpu)
-        env = build_env()
+        env = {**build_env(), "TMPDIR": scratch["TMPDIR"]}
         if build.gpu:
             toolkit = str(linkable_toolkit(Path(build.cuda_home), work))
             env.update(build.env, HOROVOD_NCCL_LIB=str(linkable_nccl(build.nccl, work)), HOROVOD_CUDA_HOME=toolkit,
@@ -243,6 +248,22 @@ def build_wheel(torch_version: str, cache: Path, build: Build, sdist: str | None
         shutil.copyfile(built, partial)
         os.replace(partial, cache / built.name)
     return cache / built.name
+
+
+BUILD_PREFIX, OWNER = "horovod-build-", "owner.pid"
+"""A build's folder in the temporary directory, and the file naming the process that builds in it."""
+
+
+def clear_killed_builds() -> None:
+    """Remove the build folders of builds that were killed (their owner is gone): a SIGKILL runs no cleanup, and
+    each left ~70 MB of sources, objects and pip's and nvcc's temporary files."""
+    for folder in Path(tempfile.gettempdir()).glob(BUILD_PREFIX + "*"):
+        try:
+            os.kill(int((folder / OWNER).read_text()), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (OSError, ValueError):  # no owner file yet (a build starting), or not ours to judge
+            continue
 
 
 def linkable_nccl(nccl: Nccl, work: Path) -> Path:

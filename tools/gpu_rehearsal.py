@@ -34,8 +34,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tools"))
+sys.path[:0] = [str(REPO / "tools"), str(REPO)]
 import ray_bundle  # noqa: E402 - a sibling tool, not a package
+from runtime import tied  # noqa: E402 - the project's, from the tree this tool is in
 
 TOOLKIT = ("nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88",
            "nvidia-cuda-runtime==13.0.96", "nvidia-cuda-cccl==13.0.85", "nvidia-nccl-cu13==2.28.9")
@@ -78,6 +79,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    tied.die_with_parent()  # make killed with SIGKILL ends the rehearsal, and it the check it runs (tied.run)
     args = parser().parse_args(argv)
     if args.steps < 6:
         return refuse(f"--steps must leave a step after the 5 warm-up steps: give at least 6, got {args.steps}")
@@ -86,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                       " the rehearsal runs offline as the GPU machine does: run it as root on Linux")
     work = Path(args.keep or tempfile.mkdtemp(prefix="gpu-rehearsal-"))
     if work.exists() and any(work.iterdir()):
-        return refuse(f"--keep {work} is not empty; name a new folder")
+        if not {path.name for path in work.iterdir()} <= WRITTEN:
+            return refuse(f"--keep {work} holds files no rehearsal wrote; name a new folder")
+        shutil.rmtree(work)  # an earlier rehearsal's, finished or killed: this one starts it afresh
     work.mkdir(parents=True, exist_ok=True)
     cache = Path(args.cache)
     steps: list[tuple[str, float, bool]] = []
@@ -114,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {seconds / 60:.1f} min | {'ok' if passed else 'FAILED'} |")
     print(f"logs and results: {work}")
     return 0 if ok else 1
+
+
+WRITTEN = {"env", "check", "check.log", "wheels", "ray-site", "ray-install.log", "ray", "ray.log"}
+"""What a rehearsal writes into its folder: a --keep folder holding only these is an earlier rehearsal's, reused."""
 
 
 def refuse(message: str) -> int:
@@ -202,12 +210,12 @@ def offline(env: Path, argv: list[str], extra: dict[str, str], log: Path) -> boo
     """`env`'s Python with `argv`, in a network namespace of its own, its output into `log`; its last lines shown
     where it fails."""
     with log.open("w") as out:
-        done = subprocess.run(["unshare", "-n", "sh", "-c", OFFLINE, "sh", str(env / "bin" / "python"), *argv],
-                              cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **extra})
-    if done.returncode:
-        print(f"  exit {done.returncode}; the last lines of {log}:\n" + "\n".join(
+        code = tied.run(["unshare", "-n", "sh", "-c", OFFLINE, "sh", str(env / "bin" / "python"), *argv], cwd=REPO,
+                        stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **extra})
+    if code:
+        print(f"  exit {code}; the last lines of {log}:\n" + "\n".join(
             "    " + line for line in log.read_text(errors="replace").splitlines()[-15:]), flush=True)
-    return done.returncode == 0
+    return code == 0
 
 
 if __name__ == "__main__":

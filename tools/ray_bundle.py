@@ -14,9 +14,9 @@ TorchTrainer and horovod.ray's RayExecutor use. Needs the package index once; pr
 import argparse
 import base64
 import hashlib
+import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -41,17 +41,29 @@ def parser() -> argparse.ArgumentParser:
     return out
 
 
+PART, SCRATCH = ".part", ".download"
+"""A wheel being written, and the download folder: inside --out, so that what a killed bundle leaves is there, named
+as unfinished, and the next start clears it."""
+
+
+def killed_bundle(out: Path) -> bool:
+    """Whether `out` holds only what a bundle killed midway leaves: its download folder and unfinished wheels."""
+    return all(path.name == SCRATCH or path.name.endswith(PART) for path in out.iterdir())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     out = Path(args.out)
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(out.iterdir()) and not killed_bundle(out):
         print(f"error: --out {out} is not empty; name a new folder", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="ray-bundle-") as tmp:
-        download(args.python, Path(tmp), [RAY])
-        wheel = next(Path(tmp).glob("ray-*.whl"))
-        strip(wheel, out / wheel.name)
+    if out.exists():
+        shutil.rmtree(out)  # empty, or a killed bundle's leftovers
+    (out / SCRATCH).mkdir(parents=True)
+    download(args.python, out / SCRATCH, [RAY])
+    wheel = next((out / SCRATCH).glob("ray-*.whl"))
+    strip(wheel, out / wheel.name)
+    shutil.rmtree(out / SCRATCH)
     download(args.python, out, list(MISSING_THERE))
     size = sum(path.stat().st_size for path in out.iterdir())
     print(f"{out}: {len(list(out.iterdir()))} wheels, {size / 1e6:.1f} MB (a copy to an offline GPU machine holds "
@@ -67,8 +79,10 @@ def download(python: str, into: Path, requirements: list[str]) -> None:
 
 
 def strip(wheel: Path, into: Path) -> None:
-    """`wheel` without STRIPPED, recompressed with LZMA (which pip's zipfile reads), its RECORD rewritten to match."""
-    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(into, "w", zipfile.ZIP_LZMA) as target:
+    """`wheel` without STRIPPED, recompressed with LZMA (which pip's zipfile reads), its RECORD rewritten to match;
+    written under a PART name and renamed once whole."""
+    part = into.with_name(into.name + PART)
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(part, "w", zipfile.ZIP_LZMA) as target:
         record = next(name for name in source.namelist() if name.endswith(".dist-info/RECORD"))
         lines = []
         for info in source.infolist():
@@ -80,6 +94,7 @@ def strip(wheel: Path, into: Path) -> None:
                 digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
                 lines.append(f"{info.filename},sha256={digest},{len(data)}")
         target.writestr(record, "\n".join([*lines, f"{record},,"]) + "\n", compress_type=zipfile.ZIP_LZMA)
+    part.rename(into)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,38 @@
+"""A command tied to the process that starts it: it ends with that process, however that process ends (SIGKILL
+included), and takes every process it started with it, however deep (a build's pip, cmake and nvcc).
+
+The command runs in a session of its own whose leader, a shell, also reads a pipe the starting process holds. When
+that process ends, the pipe closes, and the leader kills every other process of the session. A session, not a
+process group: the tools a build runs make process groups of their own. `die_with_parent` ties a process to the one
+that started it (make, a shell) through the kernel's parent-death signal.
+"""
+
+import ctypes
+import signal
+import subprocess
+from collections.abc import Sequence
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+LEADER = ('exec 3<&0; "$@" </dev/null & child=$!; '
+          '(read _ <&3; read self _ </proc/self/stat; '
+          'for p in $(pgrep -s $$); do [ "$p" = $$ ] || [ "$p" = "$self" ] || kill -KILL "$p" 2>/dev/null; done) & '
+          'watcher=$!; wait $child; code=$?; kill $watcher 2>/dev/null; exit $code')
+"""The session's leader: the command in the background, a watcher that kills the session once the pipe on fd 3
+closes, and the command's exit code as the leader's."""
+
+
+def run(command: Sequence[str], **kwargs) -> int:
+    """`command`'s exit code, the command tied to this process; `kwargs` as subprocess.Popen's (cwd, env, stdout)."""
+    leader = subprocess.Popen(["sh", "-c", LEADER, "sh", *command], stdin=subprocess.PIPE, start_new_session=True,
+                              **kwargs)
+    try:
+        return leader.wait()
+    except BaseException:  # Ctrl-C or SIGTERM here: the session goes as it would with a SIGKILL
+        leader.stdin.close()
+        leader.wait()
+        raise
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """This process gets `sig` when the process that started it ends (Linux's PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)

@@ -1,0 +1,138 @@
+"""Why parity past two workers is judged against a floor: the first step's averaged gradients of each backend beside
+the reference's, element by element. Are they the same to the last bit, or within what reordering a float32 sum can
+change?
+
+    python tools/first_step_gradients.py --workers 3 --model resnet18 --output docs/results/first-step-gradients
+
+DDP (under torchrun) and Horovod (under horovodrun) each average one step's gradients from the same weights and
+shards as their arms (tools/first_step_gradients_rank.py). The reference computes each simulated worker's gradients
+in one process and combines them as each backend would, in the order of workload/compression.py: `reference` (divide
+by N, then sum workers 0, 1, …), `reference-reordered` (the same, last worker first) and `reference-horovod` (sum,
+then scale by 1/N). Per backend and reference: the share of elements equal to the bit, the share within what two
+summation orders can differ by, 2 N u sum_i |g_i / N| with u = 2^-24 (each order's error is at most
+(N - 1) u sum_i |g_i / N|, the division or the scale one rounding more), the largest difference, and the largest
+difference over that bound (1 or less: within it).
+Writes first-step-gradients.json and .md into --output.
+"""
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from contract import results
+from contract.config import ConfigError, TrainConfig
+from runtime import cli
+from workload import compression, data
+from workload.run import build_model
+from workload.trainer import shard_loader
+
+log = logging.getLogger(__name__)
+RANK = Path(__file__).with_name("first_step_gradients_rank.py")
+FILE = "first-step-gradients.json"
+U = 2.0 ** -24
+EMULATIONS = {"reference": ("native", False), "reference-reordered": ("native", True),
+              "reference-horovod": ("horovod", False)}
+"""Each reference's rounding (workload/compression.py) and whether it sums the workers last first."""
+
+
+def per_worker(cfg: TrainConfig) -> list[list[torch.Tensor]]:
+    """Each simulated worker's gradients from the same initial weights, kept apart, as the reference computes them."""
+    torch.set_num_threads(cfg.threads_per_worker)  # as the reference and each rank: a kernel's own sums alike
+    model = build_model(cfg, torch.device("cpu"))
+    model.train()
+    splits, out = data.load(cfg), []
+    for rank in range(cfg.workers):
+        loader = shard_loader(splits, cfg, rank, cfg.workers)
+        loader.sampler.set_epoch(1)
+        images, labels = next(iter(loader))
+        model.zero_grad()
+        F.cross_entropy(model(images), labels).backward()
+        out.append([p.grad.detach().clone() for p in model.parameters()])
+    return out
+
+
+def launch(backend: str, cfg: TrainConfig, scratch: Path) -> list[torch.Tensor]:
+    here, n = Path(sys.executable), str(cfg.workers)
+    head = ([str(here.with_name("torchrun")), "--standalone", "--nproc-per-node", n] if backend == "native"
+            else [str(here.with_name("horovodrun")), "-np", n, "--gloo", sys.executable])
+    config, output = scratch / "config.json", scratch / f"{backend}.pt"
+    config.write_text(json.dumps(cfg.to_dict()))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(RANK.parent.parent)}
+    done = subprocess.run([*head, str(RANK), "--backend", backend, "--config", str(config), "--output", str(output)],
+                          capture_output=True, text=True, env=env, check=False)
+    if done.returncode or not output.exists():
+        raise RuntimeError(f"{backend} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return torch.load(output, weights_only=True)
+
+
+def compared(got: list[torch.Tensor], grads: list[list[torch.Tensor]], rounding: str, reverse: bool) -> dict:
+    """`got` beside the reference that rounds as `rounding` does, element by element."""
+    n = len(grads)
+    workers = grads[::-1] if reverse else grads
+    same = within = total = 0
+    worst = largest = 0.0
+    for i, g in enumerate(got):
+        want = compression.combine([w[i] for w in workers], "none", rounding)
+        bound = 2 * n * U * sum((w[i] / n).abs() for w in grads)
+        diff = (g - want).abs()
+        same += int((g == want).sum())
+        within += int((diff <= bound).sum())
+        total += g.numel()
+        largest = max(largest, float(diff.max()))
+        differ = diff > 0
+        worst = max(worst, float((diff[differ] / bound[differ]).max()) if differ.any() else 0.0)
+    return {"elements": total, "identical": same / total, "within_reordering": within / total,
+            "largest_abs": largest, "worst_over_bound": worst}
+
+
+def main() -> int:
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--output", type=Path, required=True)
+    args = parser.parse_args()
+    if args.workers < 2:
+        raise ConfigError(f"--workers {args.workers}: an average needs 2 or more; pass --workers 3")
+    args.output.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        cfg = data.resolve(TrainConfig(model=args.model, dataset="synthetic", data_dir=scratch, workers=args.workers,
+                                       synthetic_train_size=32 * args.workers * 4, synthetic_test_size=64))
+        grads = per_worker(cfg)
+        got = {backend: launch(backend, cfg, Path(scratch)) for backend in ("native", "horovod")}
+    table = {backend: {name: compared(g, grads, rounding, reverse) for name, (rounding, reverse) in EMULATIONS.items()}
+             for backend, g in got.items()}
+    table["reference-reordered"] = {"reference": compared(
+        [compression.combine([w[i] for w in grads[::-1]], "none", "native") for i in range(len(grads[0]))],
+        grads, "native", False)}
+    doc = {"workers": args.workers, "model": args.model, "batch_size": cfg.batch_size,
+           "environment": results.environment(), "compared": table}
+    (args.output / FILE).write_text(json.dumps(doc, indent=1) + "\n")
+    (args.output / FILE.replace(".json", ".md")).write_text(render(doc))
+    log.info("%s", render(doc))
+    return 0
+
+
+def render(doc: dict) -> str:
+    out = [f"# The first step's averaged gradients, {doc['model']} at {doc['workers']} workers", "",
+           f"Made by `python tools/first_step_gradients.py --workers {doc['workers']} --model {doc['model']}` on "
+           f"{doc['environment']['cpu']}, torch {doc['environment']['torch']}; batch {doc['batch_size']} a worker, "
+           "synthetic images. Within reordering: |difference| <= 2 N u sum_i |g_i / N|, u = 2^-24.", "",
+           "| averaged by | against | elements | identical | within reordering | largest difference | worst ÷ bound |",
+           "|---|---|---|---|---|---|---|"]
+    for backend, against in doc["compared"].items():
+        for name, c in against.items():
+            out.append(f"| {backend} | {name} | {c['elements']:,} | {100 * c['identical']:.2f} % | "
+                       f"{100 * c['within_reordering']:.3f} % | {c['largest_abs']:.3g} | {c['worst_over_bound']:.3g} |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    cli.run(main)
