@@ -147,12 +147,12 @@ def test_make_docs_renders_every_committed_report_and_picture_again_byte_for_byt
     for made in [p for p in copy.rglob("*") if p.suffix in (".md", ".png")]:
         made.unlink()
     compare.render(copy)
-    # ray_jobs.replicate's, experiments.schedule_check's, experiments.published_check's and tools/host_costs.py's:
-    # made again in test_replication.py, test_gpu_prediction.py and test_gpu_cluster.py, from their inputs rather
-    # than by --render; a README is written by hand
+    # ray_jobs.replicate's, experiments.schedule_check's, experiments.published_check's, tools/host_costs.py's and
+    # tools/first_step_gradients.py's: made again in test_replication.py, test_gpu_prediction.py, test_gpu_cluster.py
+    # and test_parity.py, from their inputs rather than by --render; a README is written by hand
     committed = sorted(p.relative_to(RESULTS) for p in RESULTS.rglob("*") if p.suffix in (".md", ".png")
                        and p.name not in ("replication.md", "schedule-check.md", "check.md", "host-costs.md",
-                                          "README.md"))
+                                          "first-step-gradients.md", "README.md"))
     assert committed, "docs/results holds no rendered file"
     differ = [str(name) for name in committed if (copy / name).read_bytes() != (RESULTS / name).read_bytes()]
     assert not differ, differ

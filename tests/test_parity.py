@@ -1,6 +1,7 @@
 """The parity verdict compares what was asked for, and writes no NaN."""
 
 import importlib.util
+import json
 from dataclasses import replace
 
 import pytest
@@ -143,3 +144,6 @@ def test_the_first_step_comparison_tells_a_reordered_sum_from_a_real_difference(
     assert same["within_reordering"] == 1.0 and same["worst_over_bound"] <= 1 and same["identical"] < 1
     planted = [reordered[0] + 1e-4]
     assert tool.compared(planted, grads, "native", reverse=False)["within_reordering"] < 0.01
+    for folder in (REPO / "docs" / "results" / "first-step-gradients").iterdir():  # the committed tables, made again
+        doc = json.loads((folder / tool.FILE).read_text())
+        assert tool.render(doc) == (folder / tool.FILE.replace(".json", ".md")).read_text()
