@@ -40,10 +40,15 @@ def reference_for(arm: str, losses: dict[str, list[float]]) -> str:
     return emulation if emulation in losses else REFERENCE
 
 
+def floor_base(losses: dict[str, list[float]]) -> str:
+    """The run the reordered reference is set against: `reference`, or where it was run again later, that run."""
+    return AGAIN if AGAIN in losses else REFERENCE
+
+
 def floor_per_step(losses: dict[str, list[float]], steps: int) -> list[float] | None:
     """The parity floor at each step: the largest drift, at that step or any before it, between the two references
     that differ only in the order they sum the workers' gradients; None where the reordered one did not run."""
-    base = AGAIN if AGAIN in losses else REFERENCE
+    base = floor_base(losses)
     if base not in losses or REORDERED not in losses:
         return None
     top, out = 0.0, []
@@ -106,7 +111,7 @@ def verdict(losses: dict[str, list[float]], steps: int, tolerance: float,
         "tolerance": tolerance,
         "max_abs_step_loss_difference": pairs,
         "floor": None if floor is None else {
-            "pair": f"{AGAIN if AGAIN in losses else REFERENCE} vs {REORDERED}", "margin": MARGIN, "lag_steps": LAG,
+            "pair": f"{floor_base(losses)} vs {REORDERED}", "margin": MARGIN, "lag_steps": LAG,
             "largest": max(floor, default=None),
             "per_step": floor, "worst_over_allowance": over},
         "explained": explained,

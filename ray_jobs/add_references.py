@@ -1,8 +1,8 @@
 """Judge a finished comparison's parity again, with the references it lacks: past two workers, the parity floor's
 (`reference-reordered`) and the one that rounds as Horovod does. They are single-process runs, deterministic, and run
 here from the configuration comparison.json recorded. `reference` runs again beside them: where it does not reproduce
-the recorded losses bit for bit (another CPU, torch or version of this project computes otherwise), it is kept as `reference-again`, the floor is
-that pair's, measured here, and the report says so.
+the recorded losses bit for bit (another CPU, torch or version of this project computes otherwise), it is kept as
+`reference-again`, the floor is that pair's, measured here, and the report says so.
 
     python -m ray_jobs.add_references docs/results/fit-resnet18/3-nodes/1gbit
 
@@ -19,7 +19,6 @@ from typing import Any
 
 from analysis import parity, report, runs, text
 from contract import results
-from contract.comparison import CompareConfig
 from contract.config import ConfigError, TrainConfig
 from launchers import arms
 from launchers.arms import Arm
@@ -35,12 +34,16 @@ def parser() -> cli.Parser:
     return out
 
 
+def compared(comparison: dict[str, Any]) -> list[Arm]:
+    """The arms the comparison compared, from its settings."""
+    return arms.for_backends(list(comparison["settings"]["backends"]), list(comparison["settings"]["launchers"]))
+
+
 def missing(comparison: dict[str, Any]) -> list[tuple[Arm, int]]:
     """The references the current plan runs for this comparison and its records lack, with their worker counts."""
     s = comparison["settings"]
-    compared = arms.for_backends(list(s["backends"]), list(s["launchers"]))
     have = {(r["arm"], r["workers"]) for r in comparison["runs"] if r["status"] == "ok"}
-    planned, _ = orchestrator.runs(list(s["workers"]), compared, 1,
+    planned, _ = orchestrator.runs(list(s["workers"]), compared(comparison), 1,
                                    compressed=s["config"].get("compression", "none") != "none")
     return [(arm, n) for _, arm, n in planned if arm.launcher == "local" and (arm.label, n) not in have]
 
@@ -60,13 +63,12 @@ def add(folder: Path) -> str:
                    for n in sorted({n for arm, n in todo if arm.label == parity.REORDERED})]
         records = [r for r in records if r] + [_run(arm, n, base, folder) for arm, n in todo]
     comparison["runs"] += records
-    cmp = CompareConfig(parity_steps=s["parity_steps"], tolerance=s["tolerance"])
-    compared = [arm.label for arm in arms.for_backends(list(s["backends"]), list(s["launchers"]))]
+    labels = [arm.label for arm in compared(comparison)]
     here = results.environment()
     for n in s["workers"]:
         if str(n) in comparison["parity"]:
-            verdict = parity.verdict(orchestrator.first_losses(comparison["runs"], n), cmp.parity_steps,
-                                     cmp.tolerance, compared)
+            verdict = parity.verdict(orchestrator.first_losses(comparison["runs"], n), s["parity_steps"],
+                                     s["tolerance"], labels)
             if verdict["floor"]:
                 verdict["floor"]["measured"] = _where(comparison, records, n, here)
             comparison["parity"][str(n)] = verdict
