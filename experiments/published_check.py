@@ -172,6 +172,7 @@ def misses(doc: dict[str, Any]) -> str:
     ddp = [100 * r["ddp_scaling_error"] for r in validation]
     worst = max(validation, key=lambda r: abs(r["ratio_error"]))
     scale = doc["fitted"]["step_end_scale"]["value"]
+    cpu, gpu = gpu_cluster.host().at(161), gpu_cluster.host(gpu_cluster.GPU_HOST_COSTS).at(161)
     return (f"**What misses.** On the validation cluster the model puts DDP's scaling {min(ddp):+.1f} to "
             f"{max(ddp):+.1f} points from the published: its one cost of scaling, the averaging beside backward, is "
             "time on the link, which weighs less on a slower GPU's longer step, while the published runs lost about "
@@ -180,10 +181,12 @@ def misses(doc: dict[str, Any]) -> str:
             f"that cluster's two backends both ran slowest (DDP's scaling {worst['published']['ddp_scaling']:.3f}, "
             f"Horovod's {worst['published']['horovod_scaling']:.3f}), which no input of the model tells from the "
             f"other days. And `step_end_scale` of {scale:.1f} says the loop measured on this CPU is "
-            f"{'less' if scale > 1 else 'more'} than the step end the calibration rows need: on a GPU each handle's "
-            "completion also passes Horovod's finalizer thread, which waits on the host for its CUDA events "
-            "(gpu_operations.cc, FinalizeGPUQueue), and the host then launches the next step while the GPU idles; "
-            "no CPU measures those, so the constant carries them.")
+            f"{'less' if scale > 1 else 'more'} than the step end the calibration rows need: "
+            f"{1000 * scale * cpu:.1f} ms a step at 161 gradients. Measured on a GPU node's host (one H200, one rank: "
+            f"[gpu-nvidia-h200](../gpu-nvidia-h200/README.md)), Horovod's step end there is {1000 * gpu:.2f} ms, "
+            f"with HOROVOD_ENABLE_ASYNC_COMPLETION=1 the same: the fitted step end is {scale * cpu / gpu:.1f} times "
+            "what one rank's host pays, so the constant carries what only several ranks have (negotiation across "
+            "ranks and nodes, Horovod's cycle, its fusion copies), which one GPU cannot measure.")
 
 
 def parser() -> cli.Parser:

@@ -85,7 +85,8 @@ SETUP_PY = "      setup_requires=require_list if is_build_action() else [],\n   
 
 def test_the_gpu_build_raises_the_cuda_kernels_standard_too_and_fetches_nothing_at_build_time(tmp_path):
     source = tmp_path / "horovod-0.28.1"
-    for path, text in {"CMakeLists.txt": 'set(CMAKE_CXX_STANDARD 14)\n"set(CMAKE_CXX_STANDARD 17)\\n"\n',
+    flags = 'set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -pthread -fPIC -Wall -ftree-vectorize")\n'
+    for path, text in {"CMakeLists.txt": 'set(CMAKE_CXX_STANDARD 14)\n"set(CMAKE_CXX_STANDARD 17)\\n"\n' + flags,
                        "horovod/torch/CMakeLists.txt": "set(CMAKE_CXX_STANDARD 14)\n",
                        "horovod/common/ops/cuda/CMakeLists.txt": "set(CMAKE_CUDA_STANDARD 11)\n",
                        "setup.py": SETUP_PY}.items():
@@ -94,6 +95,9 @@ def test_the_gpu_build_raises_the_cuda_kernels_standard_too_and_fetches_nothing_
     build_horovod.patch_sdist(source, 20, gpu=True)
     assert (source / "horovod/common/ops/cuda/CMakeLists.txt").read_text() == "set(CMAKE_CUDA_STANDARD 17)\n"
     assert "CMAKE_CXX_STANDARD 20" in (source / "horovod/torch/CMakeLists.txt").read_text()
+    # GCC 13 (the GPU machine's) no longer includes these through other headers; Horovod 0.28.1 relies on it
+    assert "-ftree-vectorize -include cstdint -include cstring -include stdexcept -include string" in (
+        source / "CMakeLists.txt").read_text()
     # setuptools would fetch cffi for setup_requires, and the GPU machine has no network
     assert (source / "setup.py").read_text() == "      setup_requires=[],\n      install_requires=require_list,\n"
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis import stats
 from contract.config import ConfigError, TrainConfig
 from runtime import flags
 from tests.helpers import REPO
@@ -183,7 +184,7 @@ def _span(values: list[float], digits: int) -> str:
 
 def test_the_readme_s_rows_by_hardware_are_the_committed_results():
     """The first screen's figures: the CPU row's span is the per-model table's, the efficiency spans its column's,
-    the GPU row says "not yet run" until a GPU check is committed, and the clusters' row is the prediction's span and
+    the GPU row is the H200's committed host costs and its check's parity, and the clusters' row is the prediction's span and
     its error on the published runs it was not fitted on."""
     readme = (REPO / "README.md").read_text()
     assert readme.index(BY_HARDWARE) < len("\n".join(readme.splitlines()[:40])), "the answer left the first screen"
@@ -198,8 +199,15 @@ def test_the_readme_s_rows_by_hardware_are_the_committed_results():
     efficiency = [[float(side.split()[0]) for side in c[6].split(" / ")] for c in cells]
     assert (f"native keeps {_span([e[0] for e in efficiency], 2)} of it and Horovod "
             f"{_span([e[1] for e in efficiency], 2)}") in " ".join(readme.split()), efficiency
-    checks = [p for p in RESULTS.glob("gpu-*") if p.name != "gpu-prediction"]
-    assert ("not yet run" in row["1 GPU"]) == (not checks), (checks, row["1 GPU"])
+    gpu = json.loads((RESULTS / "gpu-nvidia-h200" / "host-costs.json").read_text())["summary"]
+    steps = [h / n for h, n in zip(gpu["horovod"]["framework_step_s_resnet50_b32"]["rounds"],
+                                   gpu["native"]["framework_step_s_resnet50_b32"]["rounds"])]
+    mean, (low, high) = stats.mean_interval(steps)
+    parity = json.loads((RESULTS / "gpu-nvidia-h200" / "check-resnet50-224px-b32" / "comparison.json").read_text())
+    assert (f"{len(steps)} interleaved rounds of [what each framework adds](docs/results/gpu-nvidia-h200/README.md) | "
+            f"whole step {mean:.2f} ({low:.2f}–{high:.2f}): {'undecided' if low <= 1 <= high else 'decided'}; "
+            f"Horovod's step end {1000 * gpu['horovod']['step_end_s_at_161']['mean']:.2f} ms | yes: parity "
+            f"{parity['parity']['1']['verdict']} in the check's round") in row["1 GPU, one H200"], row["1 GPU, one H200"]
     prediction = json.loads((RESULTS / "gpu-prediction" / "gpu-prediction.json").read_text())
     clusters = [r for r in prediction["rows"] if r["gpus"] >= 8]
     assert {r["gpus"] for r in clusters} == {8, 16, 64}
@@ -210,11 +218,15 @@ def test_the_readme_s_rows_by_hardware_are_the_committed_results():
     worst, bar = check["validation"]["worst"], check["bar"]
     assert (f"on {check['validation']['rows']} published 8-GPU runs it was not fitted on, native ÷ Horovod off by "
             f"{100 * worst['ratio_error']:.1f} % at most (bar {100 * bar['ratio']:.0f} %), DDP's scaling by "
-            f"{100 * worst['ddp_scaling_error']:.1f} points (bar {100 * bar['scaling']:.0f}) | {_span(ratios, 3)} "
+            f"{100 * worst['ddp_scaling_error']:.1f} points (bar {100 * bar['scaling']:.0f}): "
+            f"{BARS_MET[sum(n == check['validation']['rows'] for n in check['validation']['met'].values())]} | "
+            f"{_span(ratios, 3)} "
             f"(ranges {_span(ranges, 3)}): native faster" in row["8–64 GPUs, NVLink, 100–400 Gbit/s"]), (ratios, ranges)
     assert min(ratios) > 1, "a cluster row is not native faster"
 
 
+BARS_MET = ("neither bar met", "one bar met", "both bars met")
+"""The validation in words: how many of its two bars every held-out row is within."""
 BY_HARDWARE = "<!-- by hardware: tests/test_docs.py ties each figure to docs/results -->"
 ANSWER_START = "<!-- the answer: tests/test_docs.py checks each row against docs/results -->"
 
@@ -229,7 +241,9 @@ def test_the_readme_s_first_block_runs_the_comparison_and_the_tests_with_their_m
                if line.startswith("| `make test`: the whole suite"))
     totals = [int(m) + int(s) / 60 for m, s in re.findall(r"(\d+) min (\d+) s", re.sub(r"\([^)]*\)", "",
                                                                                        row.split(" | ")[2]))]
-    assert f"(a median {round(statistics.median(totals))} min on 2 cores: docs/install.md)" in first[1], totals
+    test = next(line for line in first if line.startswith("make test"))
+    assert (f"({round(min(totals))}–{round(max(totals))} min on 2 cores, median "
+            f"{round(statistics.median(totals))}: docs/install.md)") in test, totals
     started = {arm: [] for arm in ("native", "horovod")}
     for path in [*RESULTS.glob("models/model-*/comparison.json"), RESULTS / "vit_b_16" / "comparison.json"]:
         by_arm = {arm: [r["phases"]["workers_started"] for r in json.loads(path.read_text())["runs"]

@@ -5,7 +5,9 @@ sees the calibration rows alone, and the committed check made again."""
 import importlib.util
 import json
 import math
+import os
 import shutil
+import subprocess
 import sys
 from dataclasses import replace
 
@@ -174,3 +176,58 @@ def test_the_grid_refuses_an_output_that_is_a_file_and_a_missing_validation_in_o
                     monkeypatch, capsys)
     assert code == 2 and "--validation" in err and "is not a file" in err and len(err.strip().splitlines()) == 1
     assert sorted(tree(tmp_path)) == ["taken"]
+
+
+def test_the_gpu_node_s_host_costs_page_is_its_json_and_the_pages_that_quote_it_say_its_figures():
+    """One H200's run of tools/host_costs.py --device cuda: its page rendered again from its JSON, and its figures
+    where docs/cluster.md and the run's README quote them."""
+    spec = importlib.util.spec_from_file_location("host_costs", REPO / "tools" / "host_costs.py")
+    host_costs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host_costs)
+    folder = REPO / "docs" / "results" / "gpu-nvidia-h200"
+    doc = json.loads((folder / host_costs.FILE).read_text())
+    assert host_costs.markdown(doc) == (folder / "host-costs.md").read_text()
+    summary = doc["summary"]
+    end = summary["horovod"]["step_end_s_at_161"]
+    cluster = " ".join((REPO / "docs" / "cluster.md").read_text().split())
+    assert (f"Horovod's step end at 161 gradients is {1000 * end['mean']:.2f} ms ({1000 * end['low']:.2f}-"
+            f"{1000 * end['high']:.2f})") in cluster
+    assert (f"the hooks cost DDP {1e6 * summary['native']['hook_s_per_gradient']['mean']:.0f} µs and Horovod "
+            f"{1e6 * summary['horovod']['hook_s_per_gradient']['mean']:.0f} a gradient") in cluster
+    readme = (folder / "README.md").read_text()
+
+    def cell(figure: dict[str, object], scale: float, digits: int) -> str:
+        return (f"{scale * figure['mean']:,.{digits}f} ({scale * figure['low']:,.{digits}f} to "
+                f"{scale * figure['high']:,.{digits}f})")
+    for key, scale, digits in (("hook_s_per_gradient", 1e6, 1), ("step_end_s_at_161", 1e6, 0),
+                               ("step_end_s_at_640", 1e6, 0), ("step_extra_s_resnet50_b32", 1e3, 1)):
+        row = " | ".join(cell(summary[arm][key], scale, digits) for arm in ("native", "horovod", "horovod-async"))
+        assert row in readme, (key, row)
+
+
+def test_a_gpu_round_s_whole_steps_come_apart_into_plain_framework_and_what_it_adds():
+    spec = importlib.util.spec_from_file_location("host_costs", REPO / "tools" / "host_costs.py")
+    host_costs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host_costs)
+    lines = [{"backend": "horovod", "tensors": n, "backward": 2e-6 * n, "step": 1e-5 * n, "plain_backward": 1e-6 * n,
+              "plain_step": 0.0} for n in (20, 161, 640)]
+    lines.append({"backend": "horovod", "model": "resnet50", "batch": 32, "plain_step": 0.020, "step": 0.029})
+    found = host_costs.per_round(lines)
+    assert found["plain_step_s_resnet50_b32"] == 0.020 and found["framework_step_s_resnet50_b32"] == 0.029
+    assert abs(found["step_extra_s_resnet50_b32"] - 0.009) < 1e-12
+    assert abs(found["hook_s_per_gradient"] - 1e-6) < 1e-12 and abs(found["step_end_s_per_gradient"] - 1e-5) < 1e-12
+    assert host_costs.arms("cuda") == ("native", "horovod", "horovod-async") and host_costs.ranks("cuda") == 1
+    assert host_costs.arms("cpu") == ("native", "horovod") and host_costs.ranks("cpu") == 2
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["tools/host_costs.py", "--model", "resnet50", "--output", "out"], "give --device cuda"),
+    (["tools/host_costs.py", "--device", "cuda", "--output", "out"], "torch.cuda.is_available() is False"),
+    (["tools/one_gpu_rate.py"], "torch sees none here"),
+])
+def test_the_gpu_benchmarks_refuse_a_machine_or_flags_they_cannot_measure_in_one_line(argv, said, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, str(REPO / argv[0]), *argv[1:]], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "out").exists()

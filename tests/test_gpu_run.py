@@ -13,6 +13,9 @@ from tests.helpers import REPO
 STAND_IN = """#!/usr/bin/env bash
 case "$*" in
   *"pip install"*) exit "${PIP_CODE:-0}" ;;
+  *build_horovod*) exit "${BUILD_CODE:-0}" ;;
+  *host_costs*) mkdir -p "${@: -1}" && exit "${HOST_CODE:-0}" ;;
+  *one_gpu_rate*) exit "${RATE_CODE:-0}" ;;
   *"--launchers ray"*) mkdir -p "${@: -1}" && exit "${RAY_CODE:-0}" ;;
   *) mkdir -p "${@: -1}" && exit "${CHECK_CODE:-0}" ;;
 esac
@@ -23,8 +26,11 @@ NVIDIA_SMI = "#!/usr/bin/env bash\necho 'NVIDIA H200, 580.00, 143771 MiB'\n"
 @pytest.mark.parametrize("codes, exit_code, failed", [
     ({}, 0, None),
     ({"CHECK_CODE": "3"}, 1, "failed: check"),
+    ({"RATE_CODE": "6"}, 1, "failed: one-gpu"),
+    ({"HOST_CODE": "5"}, 1, "failed: host-costs"),
     ({"RAY_CODE": "4"}, 1, "failed: ray-arm"),
     ({"PIP_CODE": "1"}, 1, "failed: ray-install ray-arm"),
+    ({"BUILD_CODE": "2"}, 1, "failed: build host-costs check ray-arm"),
 ])
 def test_every_step_runs_and_a_failed_one_makes_the_run_fail_naming_it(codes, exit_code, failed, tmp_path):
     bin_ = tmp_path / "bin"
@@ -34,16 +40,19 @@ def test_every_step_runs_and_a_failed_one_makes_the_run_fail_naming_it(codes, ex
     for tool in bin_.iterdir():
         tool.chmod(0o755)
     out, work = tmp_path / "out", tmp_path / "work"
-    (tmp_path / ".gpu").mkdir()
+    (tmp_path / ".gpu" / "ray").mkdir(parents=True)
     (tmp_path / ".gpu" / "horovod-0.28.1.tar.gz").write_bytes(b"")
+    (tmp_path / ".gpu" / "ray" / "ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl").write_bytes(b"")
     done = subprocess.run(["bash", str(REPO / "tools" / "gpu_run.sh"), str(out), str(work)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, **codes, "PATH": f"{bin_}:{os.environ['PATH']}"})
     steps = (out / "steps.txt").read_text()
     assert done.returncode == exit_code, done.stderr
-    for name, code in (("gpu", "0"), ("ray-install", codes.get("PIP_CODE", "0")),
-                       ("check", codes.get("CHECK_CODE", "0")), ("results", "0")):
+    for name, code in (("gpu", "0"), ("one-gpu", codes.get("RATE_CODE", "0")), ("build", codes.get("BUILD_CODE", "0")),
+                       ("ray-install", codes.get("PIP_CODE", "0")), ("results", "0")):
         assert f"{name}: exit {code}," in steps, steps
+    for name, code in (("host-costs", codes.get("HOST_CODE", "0")), ("check", codes.get("CHECK_CODE", "0"))):
+        assert f"{name}: exit {code}," in steps or ("BUILD_CODE" in codes and f"{name}: not run" in steps), steps
     if failed:
         assert failed in done.stderr and failed in steps
         assert "every step ok" not in done.stdout
@@ -66,8 +75,9 @@ def test_without_horovod_s_sdist_the_check_is_named_not_run_and_an_output_inside
     done = subprocess.run(["bash", script, str(tmp_path / "out"), str(tmp_path / "work")], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"})
-    assert done.returncode == 1 and "failed: check" in done.stderr
-    assert "check: not run (no .gpu/horovod-*.tar.gz" in (tmp_path / "out" / "steps.txt").read_text()
+    assert done.returncode == 1 and "failed: build host-costs check" in done.stderr
+    steps = (tmp_path / "out" / "steps.txt").read_text()
+    assert "build: not run (no .gpu/horovod-*.tar.gz" in steps and "ray-arm: not run (no .gpu/ray" in steps
 
 
 def _ray_bundle():

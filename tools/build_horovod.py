@@ -304,6 +304,12 @@ def linkable_toolkit(cuda_home: Path, work: Path) -> Path:
     return copy
 
 
+PRE_INCLUDE = " ".join(f"-include {header}" for header in ("cstdint", "cstring", "stdexcept", "string", "algorithm",
+                                                          "limits", "memory"))
+"""Standard headers every C++ file of the build sees first: what GCC 13 (the GPU machine's, 13.3) no longer pulls in
+through others, which Horovod 0.28.1 assumes (std::logic_error in common.h, std::string in group_table.h)."""
+
+
 def patch_sdist(source: Path, standard: int, gpu: bool = False) -> None:
     """The sdist's build files patched: the C++ standard raised (and the CUDA kernels' with `gpu`), and setup.py's
     setup_requires emptied, which setuptools would otherwise fetch from the network at build time (cffi, which the
@@ -314,6 +320,9 @@ def patch_sdist(source: Path, standard: int, gpu: bool = False) -> None:
         ],
         source / "CMakeLists.txt": [
             ("set(CMAKE_CXX_STANDARD 14)", f"set(CMAKE_CXX_STANDARD {standard})"),
+            # GCC 13 no longer includes these headers transitively, and Horovod relies on it (PRE_INCLUDE).
+            ('set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -pthread -fPIC -Wall -ftree-vectorize")',
+             'set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -pthread -fPIC -Wall -ftree-vectorize ' + PRE_INCLUDE + '")'),
             ('"set(CMAKE_CXX_STANDARD 17)\\n"', f'"set(CMAKE_CXX_STANDARD {standard})\\n"'),
         ],
         source / "horovod" / "torch" / "CMakeLists.txt": [

@@ -5,16 +5,23 @@ has too. A benchmark, not a test: rounds of both backends interleaved, each roun
 its 95 % interval.
 
     python tools/host_costs.py --rounds 4 --output docs/results/host-costs
+    python3 tools/host_costs.py --device cuda --model resnet50 --rounds 3 --output gpu-host-costs   # one GPU
 
 Per round and backend, over N: the hook's cost a gradient, the slope of (backward - the plain model's backward); the
 step's end, the slope a gradient and the fixed part of (step - the plain model's step), fitted by least squares.
 Writes host-costs.json and host-costs.md into --output.
+
+On a GPU machine (--device cuda) each round is one rank a backend on the first GPU (NCCL), the times the host's; with
+--model each round also times that torchvision model's whole steps, plain and under the framework, in alternating
+blocks (tools/host_costs_rank.py): what the framework adds to a GPU step, its wait on the device included. One rank
+averages nothing, so what it adds is the framework's host work and that wait, not the network.
 """
 
 import argparse
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -41,29 +48,60 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     return slope, my - slope * mx
 
 
-def launch(backend: str, tensors: tuple[int, ...], steps: int) -> list[dict[str, float]]:
-    here = Path(sys.executable)
-    head = ([str(here.with_name("torchrun")), "--standalone", "--nproc-per-node", "2"] if backend == "native"
-            else [str(here.with_name("horovodrun")), "-np", "2", "--gloo", sys.executable])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(RANK.parent.parent)}
-    done = subprocess.run([*head, str(RANK), "--backend", backend, "--tensors", ",".join(map(str, tensors)),
-                           "--steps", str(steps)], capture_output=True, text=True, env=env, check=False)
+ARMS = {"native": {}, "horovod": {}, "horovod-async": {"HOROVOD_ENABLE_ASYNC_COMPLETION": "1"}}
+"""Each arm's environment beside its backend: on a GPU, Horovod also with async completion (its finalizer records an
+event for the stream to wait on rather than waiting on the host: horovod/common/ops/gpu_operations.cc,
+FinalizeGPUQueue)."""
+COLUMNS = {"native": "DDP", "horovod": "Horovod", "horovod-async": "Horovod, HOROVOD_ENABLE_ASYNC_COMPLETION=1"}
+
+
+def arms(device: str) -> tuple[str, ...]:
+    return ("native", "horovod", "horovod-async") if device == "cuda" else ("native", "horovod")
+
+
+def ranks(device: str) -> int:
+    """2 ranks on CPUs; one on a GPU machine's first GPU (NCCL takes one rank a GPU)."""
+    return 1 if device == "cuda" else 2
+
+
+def launcher(name: str) -> str:
+    """`name` beside this Python, else on PATH (Horovod built into a folder of its own has its horovodrun there)."""
+    beside = Path(sys.executable).with_name(name)
+    return str(beside) if beside.exists() else shutil.which(name) or name
+
+
+def launch(backend: str, tensors: tuple[int, ...], args: argparse.Namespace) -> list[dict[str, float]]:
+    n = str(ranks(args.device))
+    head = ([launcher("torchrun"), "--standalone", "--nproc-per-node", n] if backend == "native"
+            else [launcher("horovodrun"), "-np", n, "--gloo", sys.executable])
+    path = os.pathsep.join(filter(None, [str(RANK.parent.parent), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **ARMS[backend]}
+    extra = ["--device", args.device, *(["--model", args.model, "--batch", str(args.batch)] if args.model else [])]
+    argv = [str(RANK), "--backend", backend.split("-")[0], "--tensors", ",".join(map(str, tensors))]
+    done = subprocess.run([*head, *argv, "--steps", str(args.steps), *extra], capture_output=True, text=True,
+                          env=env, check=False)
     found = []
     for line in done.stdout.splitlines():
         start = line.find('{"backend"')  # horovodrun prefixes each rank's line with its rank
         if start >= 0:
             found.append(json.loads(line[start:]))
-    if done.returncode or len(found) != len(tensors):
+    if done.returncode or len(found) != len(tensors) + bool(args.model):
         raise RuntimeError(f"{backend} round failed ({done.returncode}): {done.stderr[-2000:]}")
     return found
 
 
-def per_round(found: list[dict[str, float]]) -> dict[str, float]:
+def per_round(lines: list[dict[str, float]]) -> dict[str, float]:
+    found = [line for line in lines if "tensors" in line]
+    whole = {f"{key}_s_{line['model']}_b{line['batch']}": line[name] for line in lines if "model" in line
+             for key, name in (("plain_step", "plain_step"), ("framework_step", "step"))}
+    if whole:
+        plain, framework = list(whole.values())
+        whole[next(iter(whole)).replace("plain_step", "step_extra")] = framework - plain
     hook, _ = fit([(r["tensors"], r["backward"] - r["plain_backward"]) for r in found])
     end_slope, end_fixed = fit([(r["tensors"], r["step"] - r["plain_step"]) for r in found])
     return {"hook_s_per_gradient": hook, "step_end_s_per_gradient": end_slope, "step_end_fixed_s": end_fixed,
             **{f"step_end_s_at_{r['tensors']}": r["step"] - r["plain_step"] for r in found},
-            **{f"backward_extra_s_at_{r['tensors']}": r["backward"] - r["plain_backward"] for r in found}}
+            **{f"backward_extra_s_at_{r['tensors']}": r["backward"] - r["plain_backward"] for r in found}, **whole}
 
 
 def summarize(rounds: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, dict[str, object]]]:
@@ -93,19 +131,29 @@ def markdown(doc: dict[str, object]) -> str:
     keys = [("hook_s_per_gradient", "a gradient's hook during backward, µs (the slope over the counts)"),
             *((f"step_end_s_at_{n}", f"the step's end at {n} gradients{' (ResNet-50)' if n == 161 else ''}, µs")
               for n in doc["tensors"])]
-    rows = [[label, cell(summary["native"][key]), cell(summary["horovod"][key])] for key, label in keys]
+    shown = [arm for arm in COLUMNS if arm in summary]
+    rows = [[label, *(cell(summary[arm][key]) for arm in shown)] for key, label in keys]
+    for key in (key for key in summary["native"] if key.startswith(("plain_step_s_", "framework_step_s_",
+                                                                     "step_extra_s_"))):
+        what = {"plain": "the plain model's whole step", "framework": "the framework's whole step",
+                "step": "what the framework adds to a whole step"}[key.split("_")[0]]
+        model, batch = key.rsplit("_", 2)[-2:]
+        rows.append([f"{what}, {model} at batch {batch[1:]} (224 px), µs",
+                     *(cell(summary[arm][key]) for arm in shown)])
+    ranks = doc.get("ranks", 2)
+    pause = {"cpu": 50, "cuda": 10}[doc.get("device", "cpu")]
     return "\n".join([
         "# What each framework's host does per gradient and at a step's end (measured)", "",
         f"Made by `{doc['command']}` on {doc['machine']}, {doc['date']}: {doc['rounds']} rounds of both backends, "
-        "interleaved, each 2 ranks over models of "
+        f"interleaved, each {ranks} rank{'s' if ranks > 1 else ''} over models of "
         f"{', '.join(map(str, doc['tensors']))} tiny parameters, {doc['steps']} steps each after 10 of warm-up; each "
         "figure is the mean over rounds with its 95 % interval, beyond what the same model costs with no framework in "
-        "the same process, each step timed after the same 50 ms pause as the framework's. The step's end is timed "
-        "once every allreduce has finished, so it is the host's own work, "
+        f"the same process, each step timed after the same {pause} ms pause as the framework's. The step's end is "
+        "timed once every allreduce has finished, so it is the host's own work, "
         f"not a wait for the network. Between {lo} and {hi} gradients Horovod's grows by {growth('horovod'):.1f} µs "
         f"a gradient, DDP's by {growth('native'):.1f} (below the plain model's own step at many gradients, which "
         "this benchmark does not take apart).", "",
-        text.md_table(["figure", "DDP", "Horovod"], rows), "",
+        text.md_table(["figure", *(COLUMNS[arm] for arm in shown)], rows), "",
         "On a GPU the autograd thread that runs the hooks also launches backward's kernels, and the host is ahead of "
         "the GPU there, so the hooks are hidden while the host keeps ahead. Horovod's step end is not: its "
         "`optimizer.step()` calls `synchronize()`, which waits on the host for every allreduce and then runs the "
@@ -117,6 +165,10 @@ def parser() -> cli.Parser:
     out = cli.Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     out.add_argument("--rounds", type=int, default=4)
     out.add_argument("--steps", type=int, default=60)
+    out.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                     help="cpu: 2 ranks on this machine's cores; cuda: one rank on the first GPU (default: cpu)")
+    out.add_argument("--model", default="", help="on a GPU, also time this torchvision model's whole steps")
+    out.add_argument("--batch", type=int, default=32, help="--model's batch per step (default: 32)")
     out.add_argument("--output", type=Path, required=True, help="the folder to write host-costs.json into")
     return out
 
@@ -125,13 +177,23 @@ def main() -> int:
     args = parser().parse_args()
     if args.rounds < 2 or args.steps < 10:
         raise ConfigError("--rounds must be 2 or more (an interval needs two) and --steps 10 or more")
-    rounds: dict[str, list[dict[str, float]]] = {"native": [], "horovod": []}
+    if args.model and args.device != "cuda":
+        raise ConfigError("--model times whole GPU steps: give --device cuda with it, on a machine with a GPU")
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda needs a GPU torch can see (torch.cuda.is_available() is False here)")
+    rounds: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms(args.device)}
     for k in range(args.rounds):
-        for backend in (("native", "horovod") if k % 2 == 0 else ("horovod", "native")):
-            rounds[backend].append(per_round(launch(backend, TENSORS, args.steps)))
+        for backend in (list(rounds) if k % 2 == 0 else list(rounds)[::-1]):
+            rounds[backend].append(per_round(launch(backend, TENSORS, args)))
             log.info("round %d %s: %s", k + 1, backend, rounds[backend][-1])
+    machine = f"{os.cpu_count()} cores, {results.environment()['cpu']}"
+    if args.device == "cuda":
+        import torch
+        machine = f"{torch.cuda.get_device_name(0)} with {machine}, torch {torch.__version__}"
     doc = {"schema_version": 1, "command": "python tools/host_costs.py " + " ".join(sys.argv[1:]),
-           "machine": f"{os.cpu_count()} cores, {results.environment()['cpu']}",
+           "machine": machine, "device": args.device, "ranks": ranks(args.device),
            "date": time.strftime("%Y-%m-%d"), "rounds": args.rounds, "steps": args.steps, "tensors": list(TENSORS),
            "summary": summarize(rounds)}
     args.output.mkdir(parents=True, exist_ok=True)

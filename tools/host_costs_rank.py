@@ -3,16 +3,22 @@ N tiny parameters (its compute negligible), beside the same model with no framew
 
     torchrun --standalone --nproc-per-node 2 tools/host_costs_rank.py --backend native --tensors 20,161,640
     horovodrun -np 2 --gloo python tools/host_costs_rank.py --backend horovod --tensors 20,161,640
+    torchrun --standalone --nproc-per-node 1 tools/host_costs_rank.py --backend native --device cuda --model resnet50
 
 Per step, on rank 0: backward (DDP: its reducer's hooks and its bucket's allreduce; Horovod: a Python hook per
 gradient that enqueues it), and the step's end: DDP's optimizer.step(); Horovod's optimizer.step() once every
-allreduce has finished (50 ms after backward, in both arms), so what it times is the host's own work, its
+allreduce has finished (a pause after backward, in both arms), so what it times is the host's own work, its
 synchronize() loop over the handles, not a wait for the network. The plain model's backward and step are timed in
 the same step. Rank 0 prints one JSON line per N: the medians, in seconds.
+
+On a GPU (--device cuda) the times are the host's: a kernel's launch, not its run. --model then also times whole
+steps of that torchvision model back to back, the plain copy's and the framework's in alternating blocks, each block
+ended by a synchronize: what the framework adds to a GPU step, its wait on the device included.
 """
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -20,7 +26,7 @@ import torch
 
 WIDTH = 16
 """Each parameter's elements: small enough that its compute and its bytes are negligible beside the host's work."""
-SETTLE_S = 0.05
+SETTLE_S = {"cpu": 0.05, "cuda": 0.01}
 """Slept after each backward, the plain model's too: Horovod's allreduces of a few kB (one fused buffer, a 1 ms cycle)
 are done by then, so the step that follows times the host's work and not the network's."""
 
@@ -29,6 +35,10 @@ parser.add_argument("--backend", choices=("native", "horovod"), required=True)
 parser.add_argument("--tensors", default="20,161,640", help="the models' parameter counts, comma-separated")
 parser.add_argument("--steps", type=int, default=60)
 parser.add_argument("--warmup", type=int, default=10)
+parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+parser.add_argument("--model", default="", help="a torchvision model whose whole steps are timed too (e.g. resnet50)")
+parser.add_argument("--batch", type=int, default=32, help="--model's batch (224 px images)")
+parser.add_argument("--blocks", type=int, default=6, help="--model's timed blocks per arm, alternating")
 args = parser.parse_args()
 torch.set_num_threads(1)
 
@@ -45,11 +55,20 @@ class Tiny(torch.nn.Module):
 if args.backend == "horovod":
     import horovod.torch as hvd
     hvd.init()  # Horovod: rank and size from horovodrun
-    rank = hvd.rank()
+    rank, local = hvd.rank(), hvd.local_rank()
 else:
     import torch.distributed as dist
-    dist.init_process_group("gloo")  # DDP: rank and world size from torchrun's environment
-    rank = dist.get_rank()
+    # DDP: rank and world size from torchrun's environment
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    rank, local = dist.get_rank(), int(os.environ["LOCAL_RANK"])
+if args.device == "cuda":
+    torch.cuda.set_device(local)
+device = torch.device(args.device, local) if args.device == "cuda" else torch.device("cpu")
+
+
+def synchronize() -> None:
+    if args.device == "cuda":
+        torch.cuda.synchronize()
 
 
 def timed(fn) -> float:
@@ -58,34 +77,80 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-for n in (int(t) for t in args.tensors.split(",")):
-    torch.manual_seed(0)
-    plain, framework = Tiny(n), Tiny(n)
-    plain_opt = torch.optim.SGD(plain.parameters(), lr=0.01)
+def wrapped(module: torch.nn.Module) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """The framework's model and optimizer around `module`."""
     if args.backend == "horovod":
-        hvd.broadcast_parameters(framework.state_dict(), root_rank=0)  # Horovod: rank 0's weights everywhere
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(framework.parameters(), lr=0.01),
-                                       named_parameters=framework.named_parameters())
-        model = framework
-    else:
-        model = torch.nn.parallel.DistributedDataParallel(framework)  # DDP: broadcasts rank 0's weights
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(WIDTH)
+        hvd.broadcast_parameters(module.state_dict(), root_rank=0)  # Horovod: rank 0's weights everywhere
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(module.parameters(), lr=0.01),
+                                       named_parameters=module.named_parameters())
+        if hvd.size() == 1:
+            opt._register_hooks()  # Horovod: it hooks only past one rank; one GPU times its hooks as two would
+        return module, opt
+    ids = [local] if args.device == "cuda" else None
+    model = torch.nn.parallel.DistributedDataParallel(module, device_ids=ids)  # DDP: broadcasts rank 0's weights
+    return model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def tiny(n: int) -> dict[str, float]:
+    torch.manual_seed(0)
+    plain, framework = Tiny(n).to(device), Tiny(n).to(device)
+    plain_opt = torch.optim.SGD(plain.parameters(), lr=0.01)
+    model, opt = wrapped(framework)
+    x = torch.randn(WIDTH, device=device)
     found: dict[str, list[float]] = {"backward": [], "step": [], "plain_backward": [], "plain_step": []}
     for step in range(args.warmup + args.steps):
         plain_opt.zero_grad()
         loss = plain(x)
         plain_back = timed(loss.backward)
-        time.sleep(SETTLE_S)  # as before the framework's step: a step after a sleep starts with colder caches
+        time.sleep(SETTLE_S[args.device])  # as before the framework's step: a step after a sleep has colder caches
         plain_step = timed(plain_opt.step)
         opt.zero_grad()
         loss = model(x)
         back = timed(loss.backward)
-        time.sleep(SETTLE_S)
+        time.sleep(SETTLE_S[args.device])
         end = timed(opt.step)
         if step >= args.warmup:
             for key, value in zip(found, (back, end, plain_back, plain_step)):
                 found[key].append(value)
-    if rank == 0:
-        print(json.dumps({"backend": args.backend, "tensors": n,
-                          **{key: statistics.median(values) for key, values in found.items()}}), flush=True)
+    return {"tensors": n, **{key: statistics.median(values) for key, values in found.items()}}
+
+
+def whole_steps(name: str) -> dict[str, object]:
+    """Seconds a step of `name`, plain and under the framework, medians over alternating blocks of back-to-back
+    steps."""
+    import torchvision
+
+    torch.manual_seed(0)
+    plain = torchvision.models.get_model(name, weights=None).to(device)
+    framework = torchvision.models.get_model(name, weights=None).to(device)
+    model, opt = wrapped(framework)
+    plain_opt = torch.optim.SGD(plain.parameters(), lr=0.01)
+    x = torch.randn(args.batch, 3, 224, 224, device=device)
+    y = torch.randint(0, 1000, (args.batch,), device=device)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def block(net: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int) -> float:
+        synchronize()
+        start = time.perf_counter()
+        for _ in range(steps):
+            optimizer.zero_grad()
+            loss_fn(net(x), y).backward()
+            optimizer.step()
+        synchronize()
+        return (time.perf_counter() - start) / steps
+
+    block(plain, plain_opt, args.warmup), block(model, opt, args.warmup)
+    plain_s, framework_s = [], []
+    for _ in range(args.blocks):
+        plain_s.append(block(plain, plain_opt, args.steps))
+        framework_s.append(block(model, opt, args.steps))
+    return {"model": name, "batch": args.batch, "plain_step": statistics.median(plain_s),
+            "step": statistics.median(framework_s), "plain_blocks": plain_s, "blocks": framework_s}
+
+
+found = [tiny(int(t)) for t in args.tensors.split(",")]
+if args.model:
+    found.append(whole_steps(args.model))
+if rank == 0:
+    for line in found:
+        print(json.dumps({"backend": args.backend, **line}), flush=True)
