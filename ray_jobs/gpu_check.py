@@ -52,11 +52,13 @@ a first GPU run that fits a 10-minute session on an offline GPU machine with roo
 it)."""
 ESTIMATE_S = {"build": 150.0, "local": 5.0, "torchrun": 8.0, "mp.spawn": 8.0, "horovodrun": 8.0, "ray": 10.0,
               "ray_start": 20.0}
-"""Seconds the plan's estimate takes per step on one GPU machine, assumed rather than measured on a GPU (none has run
-the check yet): Horovod's build with NCCL on 16 cores; a run under each launcher, start-up-bound at the default sizes
-(on 2 CPU cores here a run of these models' first 20 steps took 4.3-9.8 s end to end under torchrun and horovodrun,
-2.2-5.9 s for the in-process reference; a GPU adds CUDA's start and takes the steps in a second or two); Ray's own
-start. The check prints its measured pace as it goes, and --budget-min, not this estimate, bounds it."""
+"""Seconds the plan's estimate takes per step on one GPU machine, assumed for the default plan: Horovod's build with
+NCCL on 16 cores; a run under each launcher, start-up-bound at the default sizes (on 2 CPU cores here a run of these
+models' first 20 steps took 4.3-9.8 s end to end under torchrun and horovodrun, 2.2-5.9 s for the in-process
+reference); Ray's own start. On one H200 with 16 cores (docs/results/gpu-nvidia-h200) the build took 130 s, and a
+ResNet-50 run at 224 px, batch 32, 60 steps, took 14.9 s in process and 24.8 and 25.9 s under torchrun and
+horovodrun, 9-10 s of it before the ranks ran: the default plan's 32 px runs were not timed there. The check prints
+its measured pace as it goes, and --budget-min, not this estimate, bounds it."""
 
 
 def parser() -> cli.Parser:

@@ -117,3 +117,20 @@ def test_a_rehearsal_s_keep_folder_is_reused_when_a_rehearsal_wrote_it_and_refus
     assert rehearsal.main(["--keep", str(keep)]) == 2
     assert "holds files no rehearsal wrote" in capsys.readouterr().err and (keep / "notes.txt").exists()
     assert {"env", "check.log", "ray-site"} <= rehearsal.WRITTEN
+
+
+def test_the_rehearsal_s_environment_takes_the_gpu_machine_s_torch_from_its_own_folder_not_this_venv_s(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_rehearsal", REPO / "tools" / "gpu_rehearsal.py")
+    rehearsal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rehearsal)
+    torch_dir = tmp_path / "torch"
+    for name, version in (("torch", "2.11.0"), ("torchvision", "0.26.0")):
+        (torch_dir / name).mkdir(parents=True)
+        (torch_dir / f"{name}-{version}.dist-info").mkdir()
+        (torch_dir / f"{name}-{version}.dist-info" / "METADATA").write_text(f"Name: {name}\nVersion: {version}\n")
+    assert rehearsal.gpu_like_env(tmp_path / "env", torch_dir)
+    site = tmp_path / "env" / "gpu-machine"
+    assert not {"torch", "torchvision", "triton", "nvidia"} & {path.name for path in site.iterdir()}
+    pth = next((tmp_path / "env" / "lib").glob("python*/site-packages/gpu-machine.pth")).read_text().splitlines()
+    assert pth == [str(torch_dir), str(site)]  # the GPU machine's torch first
+    assert (tmp_path / "env" / "bin" / "torchrun").exists() and (site / "numpy").is_symlink()

@@ -4,13 +4,13 @@ network cut and from a Python environment that holds only what the GPU machine h
     make gpu-rehearsal
     .venv/bin/python tools/gpu_rehearsal.py --steps 8 --keep /tmp/rehearsal
 
-Online first, once (the package index, cached in --cache): the CUDA toolkit's wheels in the GPU machine's versions
-(CUDA 13.0's nvcc, nvvm, crt headers, runtime and CCCL, and NCCL 2.28.9, torch 2.11's), Horovod's sdist, and Ray
-stripped to what the project uses with the dependencies the GPU machine lacks (tools/ray_bundle.py). Then, each with
-the network cut (`unshare -n`, loopback up):
+Online first, once (the package index, cached in --cache): torch 2.11 and torchvision 0.26 with their CUDA libraries,
+the CUDA toolkit's wheels in the GPU machine's versions (CUDA 13.0's nvcc, nvvm, crt headers, runtime and CCCL, and
+NCCL 2.28.9, torch 2.11's), Horovod's sdist, and Ray stripped to what the project uses with the dependencies the GPU
+machine lacks (tools/ray_bundle.py). Then, each with the network cut (`unshare -n`, loopback up):
 
-1. **environment**: a venv that sees only the GPU machine's packages (GPU_MACHINE), linked from .venv: no Ray, no
-   cffi, no Horovod;
+1. **environment**: a venv that sees only the GPU machine's packages (GPU_MACHINE), linked from .venv but for
+   torch 2.11 and torchvision 0.26 (TORCH, the GPU machine's, from the cache): no Ray, no cffi, no Horovod;
 2. **check**: `python -m ray_jobs.gpu_check --cpu-stand-in`: Horovod built with NCCL from the sdist for sm_90
    exactly as on the GPU machine, `hvd.nccl_built()` checked, then the check's whole plan, CPU runs in place of GPU
    ones, and what the exit code does not say (as_on_the_gpu);
@@ -38,6 +38,11 @@ sys.path[:0] = [str(REPO / "tools"), str(REPO)]
 import ray_bundle  # noqa: E402 - a sibling tool, not a package
 from runtime import tied  # noqa: E402 - the project's, from the tree this tool is in
 
+TORCH = ("torch==2.11.0", "torchvision==0.26.0")
+"""The GPU machine's torch and torchvision, installed with their CUDA 13.0 libraries into the cache: the rehearsal's
+environment takes them in place of .venv's, so that Horovod builds against them as it does there (C++17)."""
+TORCH_NAMES = ("torch", "torchvision", "triton", "nvidia", "cuda")
+"""Top-level names the rehearsal's torch brings (its CUDA libraries under nvidia/ and cuda/): .venv's are not linked."""
 TOOLKIT = ("nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88",
            "nvidia-cuda-runtime==13.0.96", "nvidia-cuda-cccl==13.0.85", "nvidia-nccl-cu13==2.28.9")
 """The GPU machine's CUDA 13.0 toolkit, as the package index ships it, and the NCCL its torch 2.11 was built with."""
@@ -64,7 +69,7 @@ threadpoolctl tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiff
 torchvision tqdm transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig
 werkzeug wheel wrapt xarray xxhash yarl zipp""".split()
 """The Python packages of the GPU machine's image ('cuda'), as that machine's package list gave them (read 2026-11-17).
-Its Python is 3.12 with torch 2.11; the rehearsal's are this machine's (3.11, torch 2.15), the packages the same."""
+Its Python is 3.12 with torch 2.11; the rehearsal's Python is this machine's (3.11), its torch 2.11 (TORCH)."""
 OFFLINE = 'ip link set lo up && exec "$@"'
 """Inside `unshare -n`: a network namespace of its own with only loopback, brought up (gloo and Ray talk over it)."""
 
@@ -95,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(args.cache)
     steps: list[tuple[str, float, bool]] = []
     ok = step(steps, "fetch (online, cached)", lambda: fetch(cache))
-    ok = ok and step(steps, "environment", lambda: gpu_like_env(work / "env"))
+    ok = ok and step(steps, "environment", lambda: gpu_like_env(work / "env", cache / "torch"))
     toolkit = cache / "toolkit" / "nvidia"
     common = {"CUDA_HOME": str(toolkit / "cu13"), "NCCL_HOME": str(toolkit / "nccl"),
               "HOROVOD_BUILD_CUDA_CC_LIST": CAPABILITIES, "HOROVOD_WHEEL_CACHE": str(work / "wheels"),
@@ -143,6 +148,9 @@ def fetch(cache: Path) -> bool:
     if not (cache / "toolkit" / "nvidia" / "cu13" / "bin" / "nvcc").exists():
         shutil.rmtree(cache / "toolkit", ignore_errors=True)
         subprocess.run([*pip, "install", "--no-deps", "--target", str(cache / "toolkit"), *TOOLKIT], check=True)
+    if not (cache / "torch" / "torch" / "__init__.py").exists():
+        shutil.rmtree(cache / "torch", ignore_errors=True)
+        subprocess.run([*pip, "install", "--no-warn-conflicts", "--target", str(cache / "torch"), *TORCH], check=True)
     if not any(cache.glob("horovod-*.tar.gz")):
         subprocess.run([*pip, "download", "--no-deps", "--no-binary", ":all:", HOROVOD_SDIST, "-d", str(cache)],
                        check=True)
@@ -152,9 +160,10 @@ def fetch(cache: Path) -> bool:
     return True
 
 
-def gpu_like_env(env: Path) -> bool:
-    """A venv whose only other packages are GPU_MACHINE's, each linked from this Python's site-packages (.venv's),
-    with their commands (torchrun) in its bin/ running its own Python."""
+def gpu_like_env(env: Path, torch_dir: Path) -> bool:
+    """A venv whose only other packages are GPU_MACHINE's: torch, torchvision and their CUDA libraries from
+    `torch_dir` (TORCH), the rest linked from this Python's site-packages (.venv's), with their commands (torchrun) in
+    its bin/ running its own Python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     site = env / "gpu-machine"
     site.mkdir()
@@ -163,6 +172,8 @@ def gpu_like_env(env: Path) -> bool:
         if normal(dist.metadata["Name"]) not in wanted:
             continue
         for top in {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}:
+            if top in TORCH_NAMES or top.split("-")[0] in TORCH_NAMES:
+                continue  # the GPU machine's versions, from torch_dir
             source = Path(dist.locate_file(top))
             if source.exists() and not (site / top).exists():
                 (site / top).symlink_to(source)
@@ -173,9 +184,15 @@ def gpu_like_env(env: Path) -> bool:
                 f"#!{env / 'bin' / 'python'}\nimport sys\nfrom {module} import {function}\nsys.exit({function}())\n")
             (env / "bin" / script.name).chmod(0o755)
     purelib = next((env / "lib").glob("python*/site-packages"))
-    (purelib / "gpu-machine.pth").write_text(f"{site}\n")
-    print(f"  {len(linked)} top-level names of {len(wanted)} GPU-machine packages linked from {sys.prefix}", flush=True)
+    (purelib / "gpu-machine.pth").write_text(f"{torch_dir}\n{site}\n")
+    print(f"  {len(linked)} top-level names of {len(wanted)} GPU-machine packages linked from {sys.prefix}, torch "
+          f"{version(torch_dir, 'torch')} and torchvision {version(torch_dir, 'torchvision')} from {torch_dir}",
+          flush=True)
     return True
+
+
+def version(folder: Path, name: str) -> str:
+    return next(importlib.metadata.distributions(path=[str(folder)], name=name)).version
 
 
 RESULTS_LIMIT_MB = 16
