@@ -150,10 +150,16 @@ def test_the_committed_check_is_made_again_from_the_committed_rows(monkeypatch):
     assert calibration == {r["id"] for r in committed["rows"] if r["id"].startswith("mahti")}
 
 
-def test_the_committed_host_costs_page_is_its_json_and_docs_cluster_md_says_its_figures():
+def _host_costs():
+    """tools/host_costs.py, a tool rather than a package, loaded from its file."""
     spec = importlib.util.spec_from_file_location("host_costs", REPO / "tools" / "host_costs.py")
     host_costs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(host_costs)
+    return host_costs
+
+
+def test_the_committed_host_costs_page_is_its_json_and_docs_cluster_md_says_its_figures():
+    host_costs = _host_costs()
     doc = json.loads((REPO / "docs" / "results" / "host-costs" / host_costs.FILE).read_text())
     assert host_costs.markdown(doc) == (REPO / "docs" / "results" / "host-costs" / "host-costs.md").read_text()
     summary = doc["summary"]
@@ -181,9 +187,7 @@ def test_the_grid_refuses_an_output_that_is_a_file_and_a_missing_validation_in_o
 def test_the_gpu_node_s_host_costs_page_is_its_json_and_the_pages_that_quote_it_say_its_figures():
     """One H200's run of tools/host_costs.py --device cuda: its page rendered again from its JSON, and its figures
     where docs/cluster.md and the run's README quote them."""
-    spec = importlib.util.spec_from_file_location("host_costs", REPO / "tools" / "host_costs.py")
-    host_costs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(host_costs)
+    host_costs = _host_costs()
     folder = REPO / "docs" / "results" / "gpu-nvidia-h200"
     doc = json.loads((folder / host_costs.FILE).read_text())
     assert host_costs.markdown(doc) == (folder / "host-costs.md").read_text()
@@ -206,9 +210,7 @@ def test_the_gpu_node_s_host_costs_page_is_its_json_and_the_pages_that_quote_it_
 
 
 def test_a_gpu_round_s_whole_steps_come_apart_into_plain_framework_and_what_it_adds():
-    spec = importlib.util.spec_from_file_location("host_costs", REPO / "tools" / "host_costs.py")
-    host_costs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(host_costs)
+    host_costs = _host_costs()
     lines = [{"backend": "horovod", "tensors": n, "backward": 2e-6 * n, "step": 1e-5 * n, "plain_backward": 1e-6 * n,
               "plain_step": 0.0} for n in (20, 161, 640)]
     lines.append({"backend": "horovod", "model": "resnet50", "batch": 32, "plain_step": 0.020, "step": 0.029})

@@ -92,11 +92,11 @@ def launch(backend: str, tensors: tuple[int, ...], args: argparse.Namespace) -> 
 
 def per_round(lines: list[dict[str, float]]) -> dict[str, float]:
     found = [line for line in lines if "tensors" in line]
-    whole = {f"{key}_s_{line['model']}_b{line['batch']}": line[name] for line in lines if "model" in line
-             for key, name in (("plain_step", "plain_step"), ("framework_step", "step"))}
-    if whole:
-        plain, framework = list(whole.values())
-        whole[next(iter(whole)).replace("plain_step", "step_extra")] = framework - plain
+    whole = {}
+    for line in (line for line in lines if "model" in line):
+        at = f"{line['model']}_b{line['batch']}"
+        whole.update({f"plain_step_s_{at}": line["plain_step"], f"framework_step_s_{at}": line["step"],
+                      f"step_extra_s_{at}": line["step"] - line["plain_step"]})
     hook, _ = fit([(r["tensors"], r["backward"] - r["plain_backward"]) for r in found])
     end_slope, end_fixed = fit([(r["tensors"], r["step"] - r["plain_step"]) for r in found])
     return {"hook_s_per_gradient": hook, "step_end_s_per_gradient": end_slope, "step_end_fixed_s": end_fixed,
@@ -173,25 +173,30 @@ def parser() -> cli.Parser:
     return out
 
 
+def gpu() -> tuple[str, str]:
+    """The first GPU's name and torch's version; refused in one line where torch sees none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError("--device cuda needs a GPU torch can see (torch.cuda.is_available() is False here)")
+    return torch.cuda.get_device_name(0), torch.__version__
+
+
 def main() -> int:
     args = parser().parse_args()
     if args.rounds < 2 or args.steps < 10:
         raise ConfigError("--rounds must be 2 or more (an interval needs two) and --steps 10 or more")
     if args.model and args.device != "cuda":
         raise ConfigError("--model times whole GPU steps: give --device cuda with it, on a machine with a GPU")
+    machine = f"{os.cpu_count()} cores, {results.environment()['cpu']}"
     if args.device == "cuda":
-        import torch
-        if not torch.cuda.is_available():
-            raise ConfigError("--device cuda needs a GPU torch can see (torch.cuda.is_available() is False here)")
+        name, version = gpu()
+        machine = f"{name} with {machine}, torch {version}"
     rounds: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms(args.device)}
     for k in range(args.rounds):
         for backend in (list(rounds) if k % 2 == 0 else list(rounds)[::-1]):
             rounds[backend].append(per_round(launch(backend, TENSORS, args)))
             log.info("round %d %s: %s", k + 1, backend, rounds[backend][-1])
-    machine = f"{os.cpu_count()} cores, {results.environment()['cpu']}"
-    if args.device == "cuda":
-        import torch
-        machine = f"{torch.cuda.get_device_name(0)} with {machine}, torch {torch.__version__}"
     doc = {"schema_version": 1, "command": "python tools/host_costs.py " + " ".join(sys.argv[1:]),
            "machine": machine, "device": args.device, "ranks": ranks(args.device),
            "date": time.strftime("%Y-%m-%d"), "rounds": args.rounds, "steps": args.steps, "tensors": list(TENSORS),
