@@ -49,9 +49,9 @@ SCHEDULES := docs/results/schedule-models docs/results/schedule-fused docs/resul
 	docs/results/schedule-sim-2-nodes \
 	docs/results/schedule-sim-3-nodes
 docs: $(STAMP)
-	$(BIN)/python -m experiments.schedule_check $(SCHEDULES) --output docs/results/schedule-check.md
-	$(BIN)/python -m experiments.published_check docs/results/published-gpu
-	$(BIN)/python -m experiments.predict_gpus docs/results/schedule-models --validation \
+	$(BIN)/python -m experiments.gpu_model.schedule_check $(SCHEDULES) --output docs/results/schedule-check.md
+	$(BIN)/python -m experiments.gpu_model.published_check docs/results/published-gpu
+	$(BIN)/python -m experiments.gpu_model.predict_gpus docs/results/schedule-models --validation \
 		docs/results/schedule-check.md --output docs/results/gpu-prediction
 	$(BIN)/python -m ray_jobs.compare --render docs/results
 	$(BIN)/python -m ray_jobs.replicate $(SNAPSHOTS) --output docs/results/replication.md

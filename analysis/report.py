@@ -8,7 +8,7 @@ from typing import Any
 from analysis import cause, parity, plots, runs, speed, stats, text
 from contract import framework_env, models
 from contract.config import AA_SUFFIX, BACKENDS, ConfigError
-from contract.phases import STEP_PHASES
+from contract.phases import BLOCK_STEPS, STEP_PHASES
 
 OPTION_NAMES = {"compression": "--compression", "grad_accumulation": "--grad-accumulation", "amp": "--amp",
                 "bucket_mb": "--bucket-mb", "gradient_as_bucket_view": "--gradient-as-bucket-view",
@@ -262,6 +262,19 @@ def noise_line(comparison: dict[str, Any], workers: int) -> str | None:
             f"arms are: {'; '.join(parts)}.")
 
 
+def spread_line(comparison: dict[str, Any], workers: int) -> str | None:
+    """Each arm's steady samples/s taken apart: block to block within a launch, and launch to launch (where the
+    rounds' spread comes from); None where no arm recorded blocks in two runs."""
+    found = comparison.get("spread", {}).get(str(workers))
+    if not found:
+        return None
+    parts = "; ".join(f"{arm} ±{100 * p['within']:.1f} % within a launch, ±{100 * p['between']:.1f} % between "
+                      f"launches ({p['launches']} launches)" for arm, p in found.items())
+    return (f"**Where the spread is** — each arm's steady samples/s, one standard deviation, in blocks of "
+            f"{BLOCK_STEPS} steps: {parts}. Only the spread between launches needs more rounds; the spread within "
+            "one is averaged over its blocks.")
+
+
 def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
     s = comparison["settings"]
     if not set(BACKENDS) <= set(s["backends"]):
@@ -456,7 +469,8 @@ def setup_line(comparison: dict[str, Any]) -> str:
     s, cfg, env = comparison["settings"], comparison["settings"]["config"], comparison["environment"]
     return (f"Dataset **{cfg['dataset']}**, {cfg['epochs']} epoch(s), batch {cfg['batch_size']} per worker, SGD lr "
             f"{cfg['lr']} momentum {cfg['momentum']}, seed {cfg['seed']}, {cfg['threads_per_worker']} torch "
-            "thread(s) per worker; the same initial weights and DistributedSampler shards in every run. Launchers: "
+            f"thread(s) per worker, {placement_words(comparison)}; the same initial weights and DistributedSampler "
+            "shards in every run. Launchers: "
             f"{', '.join(s['launchers'])}; every arm ran {runs.rounds(comparison)} time(s) per worker count, the "
             f"references once{cut_text(s)}; {comparison['wall_time_s'] / 60:.1f} min in all{kept_text(comparison)}. "
             f"Python {env['python']}, torch "
@@ -466,6 +480,41 @@ def setup_line(comparison: dict[str, Any]) -> str:
                f"{framework_env.words(env['framework_settings'])} (each run's results.json lists those its rank 0 "
                "had)." if "framework_settings" in env else "")
             + averaged_by_text(comparison) + gpu_math_text(comparison))
+
+
+def placement_words(comparison: dict[str, Any]) -> str:
+    """How the ranks were placed, as the runs recorded it: each on cores of its own (--cpu-affinity share, where every
+    distributed run's ranks on one machine had disjoint cores), or where the scheduler put them."""
+    asked = comparison["settings"]["config"].get("cpu_affinity", "none")
+    placed = [r["placement"] for r in comparison["runs"] if r["status"] == "ok" and r["launcher"] != "local"
+              and r.get("placement")]
+    if asked == "share" and placed and all(_own_cores(p) for p in placed):
+        return "each rank and all its threads on cores of its own (`--cpu-affinity share`)"
+    if asked == "share":
+        return ("`--cpu-affinity share` asked, but not every run's ranks had cores of their own (fewer cores than "
+                "ranks: see Where the ranks ran)")
+    return "each rank where the launcher and the scheduler put it (`--cpu-affinity none`)"
+
+
+def _own_cores(placement: list[dict[str, Any]]) -> bool:
+    """Whether the ranks on each machine ran on disjoint sets of cores."""
+    seen: dict[str, set[int]] = {}
+    for p in placement:
+        cores = set(_core_list(p.get("cores", "")))
+        taken = seen.setdefault(p.get("host", ""), set())
+        if not cores or cores & taken:
+            return False
+        taken |= cores
+    return True
+
+
+def _core_list(spans: str) -> list[int]:
+    """"0-2,5" as [0, 1, 2, 5]."""
+    out = []
+    for part in filter(None, spans.split(",")):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
 
 
 def kept_text(comparison: dict[str, Any]) -> str:
@@ -561,7 +610,7 @@ def workers_section(comparison: dict[str, Any], workers: int) -> list[str]:
         out += [ONE_RANK_NOTE, ""]
     if timeline_on(comparison):
         out += [TIMELINE_NOTE, ""]
-    for line in (cost_line(comparison, workers), noise_line(comparison, workers),
+    for line in (cost_line(comparison, workers), noise_line(comparison, workers), spread_line(comparison, workers),
                  cause.efficiency_line(comparison, workers), cause.ceilings_line(comparison, workers),
                  cause.paragraph(comparison, workers)):
         out += [line, ""] if line else []

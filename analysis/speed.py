@@ -152,6 +152,18 @@ def noise_floor(runs: list[dict[str, Any]], workers: int, arms: list[str],
     return out
 
 
+def spread(runs: list[dict[str, Any]], workers: int, arms: list[str]) -> dict[str, Any]:
+    """Each arm's steady samples/s taken apart (stats.variance_parts): block to block within a launch, from the last
+    epoch's blocks every run recorded, and launch to launch; arms with fewer than two such runs are left out."""
+    out = {}
+    for arm in arms:
+        launches = [r["epochs"][-1].get("block_samples_per_s") or [] for r in runs
+                    if r["arm"] == arm and r["workers"] == workers and r["status"] == "ok"]
+        if parts := stats.variance_parts(launches):
+            out[arm] = parts
+    return out
+
+
 def launcher_overhead(runs: list[dict[str, Any]], workers: int, pilot: int | None = None) -> dict[str, Any]:
     """Ray ÷ each of the backend's own launchers, for steady-state throughput and for end-to-end wall time, by the
     vanilla arm's label.

@@ -350,6 +350,23 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     }
 
 
+def variance_parts(launches: Sequence[Sequence[float]]) -> dict[str, float | int] | None:
+    """One arm's spread taken apart, from each launch's block values (one-way random effects): `within`, the
+    block-to-block standard deviation inside a launch, pooled over the launches; `between`, the standard deviation of
+    the launches' own levels beyond what their blocks' spread explains (0 where it explains all); `launch`, that of the
+    launch means as measured. Each relative to the grand mean. None without two launches of two blocks each."""
+    kept = [list(blocks) for blocks in launches if len(blocks) >= 2]
+    if len(kept) < 2:
+        return None
+    means = [statistics.fmean(blocks) for blocks in kept]
+    grand = statistics.fmean(means)
+    within = sum(sum((x - m) ** 2 for x in blocks) for blocks, m in zip(kept, means)) / sum(len(b) - 1 for b in kept)
+    per_launch = len(kept) / sum(1 / len(blocks) for blocks in kept)  # the harmonic mean: launches may differ
+    between = max(0.0, statistics.variance(means) - within / per_launch)
+    return {"launches": len(kept), "blocks": round(per_launch, 2), "within": math.sqrt(within) / grand,
+            "between": math.sqrt(between) / grand, "launch": statistics.stdev(means) / grand}
+
+
 def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, tuple[float, float] | None]:
     """The mean and its t interval at `confidence`; no interval from one value, which has no spread to measure.
 

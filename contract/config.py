@@ -23,7 +23,7 @@ ratio of an arm with itself measures the noise floor (`compare --aa`)."""
 DATASETS = ("auto", "mnist", "synthetic")
 COMPRESSIONS = ("none", "fp16", "bf16")
 AMP = ("none", "bf16", "fp16")
-AFFINITIES = ("core", "none")
+AFFINITIES = ("share", "none")
 FLOAT32_MAX = 3.4028234663852886e38
 MAX_MODEL_WIDTH = 64
 MAX_SEED = 2**32 - 1
@@ -152,8 +152,9 @@ class TrainConfig:
     """torch intra-op threads per worker; Ray grants one CPU per worker, so every backend gets the same."""
 
     cpu_affinity: str = "none"
-    """`core`: rank r pinned to the r-th core this machine lets it use, when the whole world fits on them; `none`:
-    where the launcher and the scheduler put it."""
+    """`share` (compare's default): the ranks on a machine split the cores it lets them use evenly, and every thread
+    of a rank stays on its own share (one core each where there are as many cores as ranks); `none`: where the
+    launcher and the scheduler put them."""
 
     stall_timeout_s: float = 300.0
     """A rank that makes no progress (no step, no evaluation) for this long ends the run; 0: wait forever."""
@@ -190,9 +191,6 @@ class TrainConfig:
             raise ConfigError(f"--lr must be at most {FLOAT32_MAX:.4g} (the weights are float32), got {self.lr:g}")
         if not 0 <= self.seed <= MAX_SEED:
             raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (a 32-bit seed), got {self.seed}")
-        if self.cpu_affinity == "core" and self.threads_per_worker > 1:
-            raise ConfigError(f"--cpu-affinity core pins each rank to one core, where --threads-per-worker "
-                              f"{self.threads_per_worker} would share it; use one of them")
         if self.model_width > MAX_MODEL_WIDTH:
             # conv2 grows as width²: width 64 is already ~60 M parameters.
             raise ConfigError(f"--model-width must be at most {MAX_MODEL_WIDTH}, got {self.model_width}")

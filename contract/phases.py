@@ -20,6 +20,9 @@ def phases(stamps: dict[str, float], start: float, returned: float) -> dict[str,
     return out
 
 
+BLOCK_STEPS = 15
+"""The steady window's steps per block (results.json's block_samples_per_s): its rate block by block is the spread
+within a launch, which analysis/stats.py's variance_parts sets beside the spread between launches."""
 STEP_PHASES = ("data", "forward", "backward", "wait", "optimizer")
 """A training step taken apart, in order (workload/metrics.py's phases_s): waiting for the batch, forward and loss,
 backward as the main thread sees it (DDP's and Horovod's hooks run in it; DDP's exposed wait is taken out of it), the

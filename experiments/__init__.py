@@ -1,3 +1,3 @@
-"""The elastic and network experiments, apart from the comparison they extend: a simulated multi-node cluster with
-shaped links, link sweeps and the fitted allreduce model that predicts past this machine, and nodes lost and
-returned under each framework's elastic mode."""
+"""What extends the comparison, one package a question, each run without the core needing it: the comparison across a
+shaped link between simulated nodes (simulated_cluster), training that loses a node and gets it back (elastic), and
+the averaging on a GPU cluster this machine cannot build (gpu_model)."""

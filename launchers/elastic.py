@@ -3,7 +3,7 @@ CONFIG_JSON`); the run's timeline and state go into the config's output_dir.
 
 - ray-native: Ray Train V2's TorchTrainer with ScalingConfig(num_workers=(min, max)) and FailureConfig;
 - ray-horovod: Horovod's RayExecutor(min_workers, max_workers) running hvd.elastic.run;
-- torchrun needs no driver: one agent per node (experiments/node_loss.py).
+- torchrun needs no driver: one agent per node (experiments/elastic/node_loss.py).
 """
 
 import json

@@ -4,7 +4,7 @@ here from the configuration comparison.json recorded. `reference` runs again bes
 the recorded losses bit for bit (another CPU, torch or version of this project computes otherwise), it is kept as
 `reference-again`, the floor is that pair's, measured here, and the report says so.
 
-    python -m ray_jobs.add_references docs/results/fit-resnet18/3-nodes/1gbit
+    python -m ray_jobs.add_references docs/results/link-sweeps-resnet18/3-nodes/1gbit
 
 The distributed runs are not repeated: their speed, losses and placement stay as they were measured. Each added
 reference's folder goes beside them, and comparison.json, report.md and the plots are written again.

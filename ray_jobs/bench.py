@@ -91,7 +91,8 @@ def parser() -> cli.Parser:
     out.add_argument("--aa", action="store_true",
                      help="also run every arm against a twin of itself and print each A/A ratio: the noise floor "
                           "the other ratios are read against (doubles the runs)")
-    flags.add(out, exclude=("workers", "output_dir", "checkpoint_dir", "no_averaging"), defaults={"epochs": 3})
+    flags.add(out, exclude=("workers", "output_dir", "checkpoint_dir", "no_averaging"),
+              defaults={"epochs": 3, "cpu_affinity": orchestrator.DEFAULT_AFFINITY})
     return out
 
 

@@ -15,7 +15,7 @@ verdicts.png, loss.png, throughput.png, overhead.png. Without --target-ci it run
 asks for ±3 % within 9 minutes. Exit code 1 when a run failed, or with --assert-parity when parity is FAIL.
 
 This module reads the flags and picks the path: one comparison (ray_jobs/orchestrator.py), the tuning grid
-(ray_jobs/grid.py), or the link sweep on a simulated cluster (experiments/link_sweep.py, experiments/netsim.py);
+(ray_jobs/grid.py), or the link sweep on a simulated cluster (experiments/simulated_cluster/link_sweep.py, experiments/simulated_cluster/netsim.py);
 analysis/ renders what they write.
 """
 
@@ -31,7 +31,8 @@ from analysis import parity, report, runs, terminal, text, tuning
 from contract import models
 from contract.comparison import GROUPS, LISTS, CompareConfig
 from contract.config import BACKENDS, ConfigError, TrainConfig
-from experiments import link_sweep, netsim, predict_gpus, regime
+from experiments.simulated_cluster import link_sweep, netsim, regime
+from experiments.gpu_model import predict_gpus
 from ray_jobs import grid, orchestrator, resume
 from runtime import cli, files, flags, folder_lock, preflight, signals
 from workload import data
@@ -131,7 +132,7 @@ def configs(args: argparse.Namespace) -> tuple[CompareConfig, TrainConfig, list[
 def parser() -> cli.Parser:
     """compare's flags, in groups: CompareConfig's, then TrainConfig's for training."""
     # No abbreviated flags: the link sweep passes the user's flags on to the driver in node 0 without its own, which
-    # it must recognise by their full names (experiments/link_sweep.py).
+    # it must recognise by their full names (experiments/simulated_cluster/link_sweep.py).
     out = cli.Parser(description=__doc__, prog="python -m ray_jobs.compare", allow_abbrev=False,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     for title, names in GROUPS.items():
@@ -141,7 +142,7 @@ def parser() -> cli.Parser:
     # ceiling is an arm of its own (--no-ceiling leaves it out), not a setting of every run.
     flags.add(out.add_argument_group("training (every run)"), TrainConfig,
               exclude=("workers", "output_dir", "checkpoint_dir", "no_averaging", *LISTS),
-              defaults={"epochs": orchestrator.DEFAULT_EPOCHS})
+              defaults={"epochs": orchestrator.DEFAULT_EPOCHS, "cpu_affinity": orchestrator.DEFAULT_AFFINITY})
     # Set by the link sweep for the driver it runs inside node 0.
     out.add_argument("--network", type=json.loads, help=argparse.SUPPRESS)
     out.add_argument("--run-id", default="", help=argparse.SUPPRESS)
@@ -216,12 +217,8 @@ def simulate(cmp: CompareConfig, base: TrainConfig, root: Path) -> int:
 
 
 def render_sweep(sweep_dir: str | Path) -> str:
-    """The sweep's report and plots, and its fitted model's prediction where experiments.predict wrote one there."""
-    from experiments import prediction  # numpy: only where a sweep is rendered
-
-    written = regime.render(sweep_dir, model_size)
-    prediction.render(Path(sweep_dir))
-    return written
+    """The sweep's report and plots."""
+    return regime.render(sweep_dir, model_size)
 
 
 def model_size(key: int | str) -> dict[str, int]:

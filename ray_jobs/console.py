@@ -14,9 +14,9 @@ from contract.config import ConfigError
 from runtime import cli
 
 COMMANDS = {"compare": "ray_jobs.compare", "train": "ray_jobs.train", "gpu-check": "ray_jobs.gpu_check",
-            "predict": "experiments.predict_gpus", "replicate": "ray_jobs.replicate",
-            "schedule-check": "experiments.schedule_check", "add-references": "ray_jobs.add_references",
-            "published-check": "experiments.published_check"}
+            "predict": "experiments.gpu_model.predict_gpus", "replicate": "ray_jobs.replicate",
+            "schedule-check": "experiments.gpu_model.schedule_check", "add-references": "ray_jobs.add_references",
+            "published-check": "experiments.gpu_model.published_check"}
 """Each command and the module whose `python -m` it is."""
 
 

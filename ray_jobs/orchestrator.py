@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import shutil
+import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,6 +36,11 @@ from workload import data, tracing
 log = logging.getLogger(__name__)
 DEFAULT_TOLERANCE = CompareConfig().tolerance
 DEFAULT_EPOCHS = 2
+"""The steady window is the last epoch's: on Ray the first overlaps Ray Train's own actors settling after the start,
+which slowed one rank or the other by up to 15 % (docs/measuring.md)."""
+DEFAULT_AFFINITY = "share"
+"""Every rank of every arm, and its threads, on its own share of the cores: where the scheduler puts them decides a
+launch's level (workload/cores.py)."""
 RUN_KEYS = ("epochs", "final", "step_losses", "peak_rss_mb_per_worker", "parameters_identical_across_ranks",
             "buffers_identical_across_ranks", "parameters_sha256", "options", "phases", "end_to_end_s", "eval_time_s",
             "checkpoint_time_s", "placement", "model", "overlap", "cpu_s_per_1k_samples", "peak_rss_bytes",
@@ -82,7 +88,7 @@ def compare(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bo
             network: dict[str, Any] | None = None, reuse_references: Path | None = None,
             per_backend: dict[str, dict[str, Any]] | None = None, resume: bool = False) -> Path:
     """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
-    folder. `network`: the simulated link the runs cross (experiments/link_sweep.py), recorded with every run.
+    folder. `network`: the simulated link the runs cross (experiments/simulated_cluster/link_sweep.py), recorded with every run.
     `reuse_references`: a comparison of the same settings (a link sweep's first rate) whose finished single-process
     references stand in for this one's: they never cross a link, so running them again would give the same steps.
     `per_backend`: options each backend runs with instead of `base`'s (a grid's best of each against each other);
@@ -178,7 +184,7 @@ def runs(workers: list[int], compared: list[Arm], repeats: int,
             planned.append((0, Arm(parity.REORDERED, "local"), n))
         if n > 1:
             planned.append((0, Arm("global-batch", "local"), n))
-        planned += [(r, arm, n) for r, arm in stats.balanced_order(compared, repeats)]
+        planned += rounds(compared, n, range(repeats))
         if n > 1:
             from workload import reference  # torch, to count GPUs: after the flags are read, not for --help
 
@@ -189,10 +195,21 @@ def runs(workers: list[int], compared: list[Arm], repeats: int,
     return planned, not_applicable
 
 
+CEILING_ROUNDS = 3
+"""The rounds the ceiling runs in: its runs spread by 1-2 %, so three pin it down, and the rounds after them measure
+the compared arms alone."""
+
+
+def rounds(compared: list[Arm], n: int, which: range) -> list[tuple[int, Arm, int]]:
+    """Rounds `which` of `compared` at `n` workers, in the balanced order, the ceilings only in the first CEILING_ROUNDS."""
+    order = stats.balanced_order(compared, which.stop) if which.stop else []
+    return [(r, arm, n) for r, arm in order if r in which and not (arm.ceiling and r >= CEILING_ROUNDS)]
+
+
 def execute(planned: Plan, started: float) -> list[dict[str, Any]]:
     """Every planned run, then the rounds --target-ci's second stage adds; each run's record, finished or failed."""
     records: list[dict[str, Any]] = []
-    spent: dict[int, float] = {}  # seconds of distributed runs per worker count, to price a round
+    spent: dict[tuple[str, int], list[float]] = {}  # each distributed run's seconds by (arm, workers): a round's price
     cmp = planned.cmp
     # --budget-min bounds the whole comparison: a pilot that outruns it stops at the end of a round.
     planned.pilot_cut = _run_all(planned, planned.runs, records, spent,
@@ -204,14 +221,14 @@ def execute(planned: Plan, started: float) -> list[dict[str, Any]]:
     elif cmp.target_ci:
         # Stein's two-stage procedure: the rounds so far are the pilot; its spread alone fixes how many in all.
         for n in cmp.worker_counts:
+            added = rounds(planned.arms, n, range(cmp.repeats, cmp.repeats + 1))
             stage = second_stage(records, n, list(cmp.launcher_names), cmp.repeats, cmp.target_ci / 100,
-                                 60 * cmp.budget_min - (time.monotonic() - started), spent.get(n, 0.0) / cmp.repeats)
+                                 60 * cmp.budget_min - (time.monotonic() - started), price(spent, added) or 0.0)
             planned.stages[str(n)] = stage
             log.info("two-stage, %d worker(s): %s", n, stage["why"])
             if stage["extra"]:
-                order = stats.balanced_order(planned.arms, cmp.repeats + stage["extra"])
-                if cut := _run_all(planned, [(r, arm, n) for r, arm in order if r >= cmp.repeats], records, spent,
-                                   started + 60 * cmp.budget_min):
+                added = rounds(planned.arms, n, range(cmp.repeats, cmp.repeats + stage["extra"]))
+                if cut := _run_all(planned, added, records, spent, started + 60 * cmp.budget_min):
                     ran = cut["rounds"] - cmp.repeats  # the added rounds ran slower than the pilot's priced them
                     stage.update(extra=ran, budget_limited=True, why=f"{stage['why']}; --budget-min stopped them "
                                                                    f"after {ran}")
@@ -219,11 +236,17 @@ def execute(planned: Plan, started: float) -> list[dict[str, Any]]:
     return records
 
 
+def price(spent: dict[tuple[str, int], list[float]], todo: list[tuple[int, Arm, int]]) -> float | None:
+    """The seconds the runs `todo` should take, each at its arm's median so far; None while an arm has none."""
+    found = [spent.get((arm.label, n)) for _, arm, n in todo if arm.launcher != "local"]
+    return sum(statistics.median(s) for s in found) if all(found) else None
+
+
 def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict[str, Any]],
-             spent: dict[int, float], deadline: float | None = None) -> dict[str, int] | None:
+             spent: dict[tuple[str, int], list[float]], deadline: float | None = None) -> dict[str, int] | None:
     """Run `todo` in order, appending each record; a Ctrl-C or SIGTERM says how many had finished. No new round
-    starts that the rounds so far, at their mean length, say would end past `deadline`: then the rounds that ran at
-    that worker count, which the cut leaves whole."""
+    starts that would end past `deadline`, priced from its arms' runs so far (or, before every arm of it ran, at the
+    rounds' mean length): then the rounds that ran at that worker count, which the cut leaves whole."""
     rounds = max((r for r, _, _ in todo), default=0) + 1
     shown = progress.Progress([(r, arm.label, n, arm.launcher == "local") for r, arm, n in todo], rounds, deadline)
     # Each round's seconds where it ran something (a resume's kept runs take none), when the current one began, and
@@ -234,9 +257,10 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
             if ran:
                 took.append(time.monotonic() - round_began)
             round_began, ran = time.monotonic(), False
-            if deadline is not None and round_ > 0 and took and round_began + sum(took) / len(took) > deadline:
-                return {"workers": n, "rounds": round_, "round_s": sum(took) / len(took),
-                        "left_s": max(0.0, deadline - round_began)}
+            ahead = price(spent, [run for run in todo if (run[0], run[2]) == (round_, n)])
+            ahead = ahead if ahead is not None else sum(took) / len(took) if took else None
+            if deadline is not None and round_ > 0 and ahead is not None and round_began + ahead > deadline:
+                return {"workers": n, "rounds": round_, "round_s": ahead, "left_s": max(0.0, deadline - round_began)}
         began = time.monotonic()
         shown.start()
         if (reused := planned.reused.get((arm.label, n))) is not None:
@@ -263,7 +287,7 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
                                     f"{f' ({failed} of them failed)' if failed else ''}, the next had not; their "
                                     f"folders stay in {planned.run_dir}") from None
         if arm.launcher != "local":
-            spent[n] = spent.get(n, 0.0) + time.monotonic() - began
+            spent.setdefault((arm.label, n), []).append(time.monotonic() - began)
     return None
 
 
@@ -288,7 +312,8 @@ def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[st
     pilot = cmp.repeats if cmp.target_ci else None
     both = set(backends) == set(BACKENDS)
     out: dict[str, dict[str, Any]] = {k: {} for k in ("parity", "speed", "end_to_end", "launcher_overhead",
-                                                       "noise_floor", "cpu_cost", "noise_floor_cpu", "efficiency")}
+                                                       "noise_floor", "cpu_cost", "noise_floor_cpu", "efficiency",
+                                                       "spread")}
     for n in cmp.worker_counts:
         key = str(n)
         if not planned.per_backend:
@@ -302,6 +327,8 @@ def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[st
             out["cpu_cost"][key] = cost
         if found := speed.efficiency(records, n, compared, pilot):
             out["efficiency"][key] = found
+        if parts := speed.spread(records, n, [arm.label for arm in planned.arms]):
+            out["spread"][key] = parts
         if overhead := speed.launcher_overhead(records, n, pilot):
             out["launcher_overhead"][key] = overhead
         for name, metric in (("noise_floor", speed.METRIC), ("noise_floor_cpu", speed.CPU_METRIC)):

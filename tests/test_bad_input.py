@@ -43,10 +43,11 @@ def stopped_comparison(folder: Path, before_the_ceiling: bool = False, schema: i
     """The folder of a comparison asked for --repeats 3, stopped before it finished; `before_the_ceiling`: planned
     before compare ran the ceiling, so its plan says nothing of it; `schema`: its plan's schema_version instead."""
     from contract.comparison import CompareConfig
-    from ray_jobs import resume
+    from ray_jobs import orchestrator, resume
 
     folder.mkdir(parents=True)
-    asked = resume.request(TrainConfig(epochs=2), CompareConfig(repeats=3))
+    asked = resume.request(TrainConfig(epochs=orchestrator.DEFAULT_EPOCHS, cpu_affinity=orchestrator.DEFAULT_AFFINITY),
+                           CompareConfig(repeats=3))
     resume.write_plan(folder, {k: v for k, v in asked.items() if not (before_the_ceiling and k == "no_ceiling")})
     if schema is not None:
         plan = json.loads((folder / resume.PLAN).read_text())
@@ -57,7 +58,7 @@ def sweep_with_a_string_rate(folder: Path) -> None:
     """A committed link sweep whose second rate says "1gbit" where its bits per second go."""
     import shutil
 
-    shutil.copytree(REPO / "docs" / "results" / "fit-resnet18" / "2-nodes", folder)
+    shutil.copytree(REPO / "docs" / "results" / "link-sweeps-resnet18" / "2-nodes", folder)
     network = json.loads((folder / "network.json").read_text())
     network["rates"][1]["link_bits_per_s"] = "1gbit"
     (folder / "network.json").write_text(json.dumps(network))

@@ -57,9 +57,10 @@ def test_the_first_time_left_comes_from_a_run_of_the_same_kind_never_a_guess():
 def test_no_round_starts_that_the_rounds_so_far_say_would_end_past_the_budget(ten_second_runs):
     clock, planned = ten_second_runs
     records = []
-    # round 1 (the two references and both arms) takes 40 s: a second would end at 80 s, past a deadline at 50 s
+    # round 1 (the two references and both arms) takes 40 s; a second, its two arms at 10 s each, would end at 60 s,
+    # past a deadline at 50 s
     assert orchestrator._run_all(planned, planned.runs, records, {}, deadline=50.0) == {
-        "workers": 2, "rounds": 1, "round_s": 40.0, "left_s": 10.0}
+        "workers": 2, "rounds": 1, "round_s": 20.0, "left_s": 10.0}
     assert clock[0] == 40.0  # the old rule, past the deadline only, started round 2 at 40 s and ran to 60 s
 
 
@@ -106,10 +107,31 @@ def test_a_cut_pilot_s_verdict_says_what_stopped_it_and_what_helps_and_the_comma
     clock, planned = ten_second_runs
     planned.pilot_cut = orchestrator._run_all(planned, planned.runs, [], {}, deadline=50.0)
     assert orchestrator.cut_advice(planned) == (
-        "--budget-min 1 stopped the pilot after 1 of 4 rounds, a round taking 40 s on this machine; run it on a "
+        "--budget-min 1 stopped the pilot after 1 of 4 rounds, a round taking 20 s on this machine; run it on a "
         "quieter machine or with a larger --budget-min")
     unanswered = {"settings": {"repeats": 4, "backends": ["native", "horovod"], "workers": [2]}, "runs": [],
                   "parity": {}, "speed": {"2": {"ci95": None}}}
     assert compare.outcome([unanswered], assert_parity=False) == compare.NO_VERDICT == 3
     one_asked = {**unanswered, "settings": {**unanswered["settings"], "repeats": 1}}
     assert compare.outcome([one_asked], assert_parity=False) == 0  # --repeats 1 asked for no interval
+
+
+def test_the_ceiling_runs_in_the_first_rounds_only_and_a_round_after_them_is_priced_without_it(monkeypatch,
+                                                                                              tmp_path):
+    clock = [0.0]
+
+    def ten_seconds(arm: Arm, round_: int, n: int, *args) -> dict:
+        clock[0] += 10.0
+        return record(arm, round_, n)
+
+    monkeypatch.setattr(orchestrator, "run_one", ten_seconds)
+    monkeypatch.setattr(orchestrator.time, "monotonic", lambda: clock[0])
+    cmp = CompareConfig(repeats=5, target_ci=3, budget_min=1)
+    planned = orchestrator.Plan(TrainConfig(), cmp, Path(tmp_path), [], [])
+    planned.runs, _ = orchestrator.runs([2], planned.arms, cmp.repeats)
+    assert sorted(r for r, arm, _ in planned.runs if arm.ceiling) == list(range(orchestrator.CEILING_ROUNDS))
+    assert sorted(r for r, arm, _ in planned.runs if arm.label == "horovod") == list(range(5))
+    # two references (20 s), three rounds of three arms (90 s): the fourth round, two arms, is priced at 20 s and
+    # ends at 130 s; a fifth would end at 150 s
+    assert orchestrator._run_all(planned, planned.runs, [], {}, deadline=135.0) == {
+        "workers": 2, "rounds": 4, "round_s": 20.0, "left_s": 5.0}

@@ -221,7 +221,7 @@ def test_an_image_model_trains_the_same_under_both_backends_and_is_measured(imag
 
 
 def test_each_backend_records_its_schedule_whole_and_the_replay_reads_it(image_comparison_dir):
-    from experiments import schedule_check
+    from experiments.gpu_model import schedule_check
 
     comparison = runs.load(image_comparison_dir)
     by_arm = {r["arm"]: r for r in comparison["runs"]}

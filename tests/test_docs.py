@@ -84,7 +84,7 @@ def parse(module: str, argv: list[str]) -> None:
         loaded.configs(args)
     elif module in TRAINING:
         flags.from_args(args, TrainConfig, **({} if "workers" in vars(args) else {"workers": 1}))
-    elif module == "experiments.elastic_trials":
+    elif module == "experiments.elastic.trials":
         loaded.check(args)
 
 
@@ -148,7 +148,7 @@ def test_make_docs_renders_every_committed_report_and_picture_again_byte_for_byt
     for made in [p for p in copy.rglob("*") if p.suffix in (".md", ".png")]:
         made.unlink()
     compare.render(copy)
-    # ray_jobs.replicate's, experiments.schedule_check's, experiments.published_check's, tools/host_costs.py's and
+    # ray_jobs.replicate's, experiments.gpu_model.schedule_check's, experiments.gpu_model.published_check's, tools/host_costs.py's and
     # tools/first_step_gradients.py's: made again in test_replication.py, test_gpu_prediction.py, test_gpu_cluster.py
     # and test_parity.py, from their inputs rather than by --render; a README is written by hand
     committed = sorted(p.relative_to(RESULTS) for p in RESULTS.rglob("*") if p.suffix in (".md", ".png")

@@ -1,5 +1,5 @@
-"""The elastic trials: what a run's timeline says (experiments/elastic_report.py), how an elastic rank cuts the data
-(workload/elastic.py), and the refusals of `python -m experiments.elastic_trials`. The trials themselves (three
+"""The elastic trials: what a run's timeline says (experiments/elastic/report.py), how an elastic rank cuts the data
+(workload/elastic.py), and the refusals of `python -m experiments.elastic.trials`. The trials themselves (three
 frameworks on the simulated cluster, half an hour) are a benchmark, run by hand; their figures are in docs/findings.md
 and docs/elastic.md."""
 
@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from contract.config import ConfigError, TrainConfig
-from experiments import elastic_report as elastic, elastic_trials
+from experiments.elastic import report as elastic, trials as elastic_trials
 from workload import elastic as rank
 
 
@@ -141,13 +141,13 @@ def test_without_the_simulated_cluster_it_refuses_before_creating_anything(monke
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     monkeypatch.setattr(sys, "argv", ["elastic_trials", "--output-dir", str(tmp_path / "out"),
                                       "--data-dir", str(tmp_path / "data")])
-    with pytest.raises(ConfigError, match=r"elastic_trials \(one simulated node per worker\) needs root"):
+    with pytest.raises(ConfigError, match=r"experiments.elastic.trials \(one simulated node per worker\) needs root"):
         elastic_trials.main()
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_refusal_on_the_command_line_is_one_line_and_exit_2(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "experiments.elastic_trials", "--min-workers", "0", "--output-dir",
+    done = subprocess.run([sys.executable, "-m", "experiments.elastic.trials", "--min-workers", "0", "--output-dir",
                            str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", "error: --min-workers must be >= 1 (a run of no "
                                                                   "worker trains nothing), got 0\n")

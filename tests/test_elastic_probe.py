@@ -1,4 +1,4 @@
-"""experiments/elastic_probe.py's refusals. What a trial's timeline says is experiments/elastic_report.py's
+"""experiments/elastic/probe.py's refusals. What a trial's timeline says is experiments/elastic/report.py's
 (tests/test_elastic.py); the trials themselves (three frameworks on the simulated cluster, minutes each) are a
 benchmark, run by hand."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-TOOL = Path(__file__).resolve().parents[1] / "experiments" / "elastic_probe.py"
+TOOL = Path(__file__).resolve().parents[1] / "experiments" / "elastic" / "probe.py"
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -1,5 +1,5 @@
-"""A team's own cluster predicted (experiments/gpu_cluster.py, `predict_gpus --cluster`) and the prediction checked
-against published GPU runs (experiments/published_check.py): the refusals, the figures' directions, the fit that
+"""A team's own cluster predicted (experiments/gpu_model/gpu_cluster.py, `predict_gpus --cluster`) and the prediction checked
+against published GPU runs (experiments/gpu_model/published_check.py): the refusals, the figures' directions, the fit that
 sees the calibration rows alone, and the committed check made again."""
 
 import importlib.util
@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from experiments import gpu_cluster, predict_gpus, published_check
+from experiments.gpu_model import gpu_cluster, predict_gpus, published_check
 from runtime import cli
 from tests.helpers import REPO, tree
 
@@ -225,7 +225,7 @@ def test_a_gpu_round_s_whole_steps_come_apart_into_plain_framework_and_what_it_a
 @pytest.mark.parametrize("argv, said", [
     (["tools/host_costs.py", "--model", "resnet50", "--output", "out"], "give --device cuda"),
     (["tools/host_costs.py", "--device", "cuda", "--output", "out"], "torch.cuda.is_available() is False"),
-    (["tools/one_gpu_rate.py"], "torch sees none here"),
+    (["tools/host_costs_rank.py", "--backend", "native", "--device", "cuda"], "torch sees none here"),
 ])
 def test_the_gpu_benchmarks_refuse_a_machine_or_flags_they_cannot_measure_in_one_line(argv, said, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}

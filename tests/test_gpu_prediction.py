@@ -1,4 +1,4 @@
-"""The GPU clusters' prediction (experiments/predict_gpus.py) and the replay's check (experiments/schedule_check.py),
+"""The GPU clusters' prediction (experiments/gpu_model/predict_gpus.py) and the replay's check (experiments/gpu_model/schedule_check.py),
 on inputs made by hand: what moves the waits, the range, the bar, and the report rendered from its JSON alone."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from experiments import predict_gpus, schedule_check
+from experiments.gpu_model import predict_gpus, schedule_check
 from runtime import cli
 from tests.helpers import REPO
 
@@ -31,7 +31,7 @@ def test_one_gpu_averages_nothing_and_a_slower_link_exposes_more_of_the_last_buc
 
 def test_the_report_and_its_picture_are_made_again_from_the_json_alone(tmp_path):
     rows = [predict_gpus.predict(SHAPE, gpus, 100) for gpus in (1, 8, 16)]
-    doc = {"schema_version": 1, "command": "python -m experiments.predict_gpus by-hand --output out", "rows": rows,
+    doc = {"schema_version": 1, "command": "python -m experiments.gpu_model.predict_gpus by-hand --output out", "rows": rows,
            "assumed": {"steps": {"resnet50": predict_gpus.STEPS["resnet50"]}, "links": predict_gpus.LINKS},
            "validation": "The replay matched 1 of 2", "measured_shapes_from": {"resnet50": "by hand"},
            "published": predict_gpus.PUBLISHED, "parameters": {}, "published_check": "by hand, 1 of 2 rows",
@@ -84,7 +84,7 @@ def test_the_committed_check_and_prediction_are_made_again_byte_for_byte(tmp_pat
     from tests.helpers import REPO
 
     committed = (REPO / "docs" / "results" / "schedule-check.md").read_text()
-    command = committed.split("`python -m experiments.schedule_check ", 1)[1].split("`", 1)[0].split()
+    command = committed.split("`python -m experiments.gpu_model.schedule_check ", 1)[1].split("`", 1)[0].split()
     monkeypatch.chdir(REPO)
     assert schedule_check.check(command) == committed
     prediction = REPO / "docs" / "results" / "gpu-prediction"

@@ -14,8 +14,8 @@ STAND_IN = """#!/usr/bin/env bash
 case "$*" in
   *"pip install"*) exit "${PIP_CODE:-0}" ;;
   *build_horovod*) exit "${BUILD_CODE:-0}" ;;
+  *host_costs_rank*) exit "${RATE_CODE:-0}" ;;
   *host_costs*) mkdir -p "${@: -1}" && exit "${HOST_CODE:-0}" ;;
-  *one_gpu_rate*) exit "${RATE_CODE:-0}" ;;
   *"--launchers ray"*) mkdir -p "${@: -1}" && exit "${RAY_CODE:-0}" ;;
   *) mkdir -p "${@: -1}" && exit "${CHECK_CODE:-0}" ;;
 esac
@@ -36,6 +36,7 @@ def test_every_step_runs_and_a_failed_one_makes_the_run_fail_naming_it(codes, ex
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     (bin_ / "python3").write_text(STAND_IN)
+    (bin_ / "torchrun").write_text(STAND_IN)
     (bin_ / "nvidia-smi").write_text(NVIDIA_SMI)
     for tool in bin_.iterdir():
         tool.chmod(0o755)
@@ -69,7 +70,7 @@ def test_without_horovod_s_sdist_the_check_is_named_not_run_and_an_output_inside
     assert done.returncode == 2 and "inside" in done.stderr and not (tmp_path / "work" / "out" / "steps.txt").exists()
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    for tool, text in (("python3", STAND_IN), ("nvidia-smi", NVIDIA_SMI)):
+    for tool, text in (("python3", STAND_IN), ("torchrun", STAND_IN), ("nvidia-smi", NVIDIA_SMI)):
         (bin_ / tool).write_text(text)
         (bin_ / tool).chmod(0o755)
     done = subprocess.run(["bash", script, str(tmp_path / "out"), str(tmp_path / "work")], cwd=tmp_path,

@@ -31,8 +31,18 @@ TORCH_FREE = ("contract", "runtime", "analysis")
 HEAVY = ("torch", "torchvision", "ray", "horovod")
 
 
+WITHIN_EXPERIMENTS = {"simulated_cluster": set(), "elastic": {"simulated_cluster"}, "gpu_model": set()}
+"""experiments/' packages, one a question, and which of the others each may import: losing a node happens on the
+simulated cluster; the GPU model stands alone."""
+
+
 def modules() -> list[Path]:
-    return sorted(path for package in MAY_IMPORT for path in (REPO / package).glob("*.py"))
+    return sorted(path for package in MAY_IMPORT for path in (REPO / package).rglob("*.py"))
+
+
+def side(path: Path) -> str:
+    """The package a module belongs to: its top-level folder."""
+    return path.relative_to(REPO).parts[0]
 
 
 def imported(node: ast.AST) -> list[str]:
@@ -64,22 +74,37 @@ def test_every_package_is_known_to_the_rules_the_logging_and_the_packaging():
     assert {name.rstrip("*") for name in include} == packages
 
 
-@pytest.mark.parametrize("path", modules(), ids=lambda path: f"{path.parent.name}/{path.name}")
+@pytest.mark.parametrize("path", modules(), ids=lambda path: str(path.relative_to(REPO)))
 def test_imports_run_one_way(path):
-    package = path.parent.name
+    package = side(path)
     allowed = MAY_IMPORT[package] | {package}
     tree = ast.parse(path.read_text())
     wrong = sorted({name for node in ast.walk(tree) for name in imported(node)
                     if name in MAY_IMPORT and name not in allowed})
-    assert not wrong, f"{package}/{path.name} imports {', '.join(wrong)}, which {package} may not import"
+    assert not wrong, f"{path.relative_to(REPO)} imports {', '.join(wrong)}, which {package} may not import"
 
 
-@pytest.mark.parametrize("path", [p for p in modules() if p.parent.name in TORCH_FREE],
-                         ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_experiments_holds_one_package_a_question_and_they_import_one_way():
+    found = {path.parent.name for path in (REPO / "experiments").glob("*/__init__.py")}
+    assert found == set(WITHIN_EXPERIMENTS) and not [p for p in (REPO / "experiments").glob("*.py")
+                                                      if p.name != "__init__.py"]
+    wrong = []
+    for package, allowed in WITHIN_EXPERIMENTS.items():
+        for path in (REPO / "experiments" / package).glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("experiments."):
+                    other = node.module.split(".")[1]
+                    if other not in allowed | {package}:
+                        wrong.append(f"{path.relative_to(REPO)} imports experiments.{other}")
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if side(p) in TORCH_FREE],
+                         ids=lambda path: str(path.relative_to(REPO)))
 def test_torch_free_packages_import_no_framework_at_module_level(path):
     tree = ast.parse(path.read_text())
     heavy = sorted({name for node in module_level(tree) for name in imported(node) if name in HEAVY})
-    assert not heavy, f"{path.parent.name}/{path.name} imports {', '.join(heavy)} when it is imported"
+    assert not heavy, f"{path.relative_to(REPO)} imports {', '.join(heavy)} when it is imported"
 
 
 def test_the_backend_names_are_defined_once():
@@ -89,7 +114,7 @@ def test_the_backend_names_are_defined_once():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Tuple) and all(isinstance(e, ast.Constant) for e in node.elts) and \
                     tuple(e.value for e in node.elts) == backends:
-                where.append(f"{path.parent.name}/{path.name}:{node.lineno}")
+                where.append(f"{path.relative_to(REPO)}:{node.lineno}")
     defined = next(node.lineno for node in ast.parse((REPO / "contract/config.py").read_text()).body
                    if isinstance(node, ast.Assign) and node.targets[0].id == "BACKENDS")
     assert where == [f"contract/config.py:{defined}"], where
@@ -108,7 +133,7 @@ def test_no_two_modules_define_the_same_collection():
                 value = repr(ast.literal_eval(node.value))
             except ValueError:
                 continue  # built from other names
-            where = f"{path.parent.name}/{path.name}:{node.lineno}"
+            where = f"{path.relative_to(REPO)}:{node.lineno}"
             if value in seen and len(ast.literal_eval(node.value)) > 1:
                 twice.append(f"{value} at {seen[value]} and {where}")
             seen.setdefault(value, where)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from contract.config import ConfigError
-from experiments import link_sweep, netsim, regime, sim_cluster
+from experiments.simulated_cluster import link_sweep, netsim, regime, sim_cluster
 from ray_jobs import orchestrator
 from tests.helpers import REPO, assert_one_line_error, data_flags, run_module
 from workload import model

@@ -192,8 +192,8 @@ print("IMPORTED", *sorted(name for name in {heavy} if name in sys.modules))
 
 @pytest.mark.parametrize("entry, argv, needle", [
     ("ray_jobs.train", ["--checkpoint-dir", "{tmp}"], "is not a readable checkpoint"),
-    ("experiments.predict", ["{tmp}"], "network.json"),
-], ids=["a-damaged-checkpoint", "a-folder-that-is-no-sweep"])
+    ("experiments.gpu_model.schedule_check", ["{tmp}"], "holds no comparison.json"),
+], ids=["a-damaged-checkpoint", "a-folder-that-is-no-comparison"])
 def test_a_refusal_that_reads_a_file_imports_no_framework(entry, argv, needle, tmp_path):
     """A refusal answers at once: torch, Ray and matplotlib are imported by the work, not by its checks."""
     (tmp_path / "checkpoint.pt").write_bytes(b"\x80 not a zip archive, as torch.save writes")

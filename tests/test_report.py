@@ -234,7 +234,7 @@ def test_a_worker_count_where_every_run_failed_still_renders(tmp_path):
 
 
 def test_the_regime_report_names_each_stretch_of_one_verdict_with_its_rates():
-    from experiments import regime
+    from experiments.simulated_cluster import regime
 
     verdicts = {1: ("horovod faster", "native faster", "native faster"),
                 4: ("horovod faster", "undecided", "native faster"),

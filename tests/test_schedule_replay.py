@@ -1,11 +1,11 @@
-"""The averaging schedules replayed (experiments/schedule_replay.py), on cases worked by hand: DDP's buckets (one,
+"""The averaging schedules replayed (experiments/gpu_model/schedule_replay.py), on cases worked by hand: DDP's buckets (one,
 many, the first capped at 1 MiB, a gradient larger than the cap) and Horovod's cycles (a fusion that a cycle
 splits, a gradient larger than the threshold). A link of 1 GB/s over 2 ranks and no latency: an allreduce of b
 bytes takes b / 1e9 s (2(p-1)/p = 1)."""
 
 import pytest
 
-from experiments.schedule_replay import MIB, Gradient, Link, ddp, ddp_buckets, horovod, horovod_over_phases
+from experiments.gpu_model.schedule_replay import MIB, Gradient, Link, ddp, ddp_buckets, horovod, horovod_over_phases
 
 LINK = Link(latency_s=0.0, bytes_per_s=1e9, ranks=2)
 MS = 1e-3

@@ -2,7 +2,8 @@
 # The GPU check's first run on an offline GPU machine, from the source tree with .gpu beside it (make gpu-bundle):
 #   bash tools/gpu_run.sh OUTPUT_DIR [WORK_DIR]   # results.tgz (WORK_DIR's check folders, /tmp/gpu unless given),
 #                                                # the logs and steps.txt (docs/install.md, "The GPU check, offline")
-# One GPU's ResNet-50 rate with no framework (tools/one_gpu_rate.py); Horovod built with NCCL; what each framework's
+# One GPU's ResNet-50 rate with no framework (tools/host_costs_rank.py's plain copy, batch 32 and 256, float32 and
+# bf16); Horovod built with NCCL; what each framework's
 # host adds to a GPU step (tools/host_costs.py: the per-gradient hook, the step's end, ResNet-50's whole step); the
 # check on ResNet-50 at 224 px, batch 32 (the published runs' setting), fp32 and bf16; then, where .gpu/ray holds Ray,
 # the Ray arm. About 10 min on one H200 with 16 cores (build 130 s, host costs 293 s). Every step runs that can;
@@ -37,7 +38,15 @@ skip() {  # skip NAME WHY: a step that could not run, named as failed
 
 export PYTHONUNBUFFERED=1
 step gpu "$out/gpu.txt" nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-step one-gpu "$out/one-gpu.txt" python3 tools/one_gpu_rate.py
+one_gpu() {  # the plain copy's rate at each batch and precision: one GPU's with no framework
+    for batch in 32 256; do
+        for amp in none bf16; do
+            torchrun --standalone --nproc-per-node 1 tools/host_costs_rank.py --backend native --device cuda \
+                --tensors "" --model resnet50 --batch "$batch" --amp "$amp" --blocks 3 --steps 10 || return
+        done
+    done
+}
+step one-gpu "$out/one-gpu.txt" one_gpu
 sdist=$(compgen -G '.gpu/horovod-*.tar.gz' | head -n 1)
 built=1
 if [[ -n $sdist ]]; then

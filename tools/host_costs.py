@@ -158,7 +158,7 @@ def markdown(doc: dict[str, object]) -> str:
         "the GPU there, so the hooks are hidden while the host keeps ahead. Horovod's step end is not: its "
         "`optimizer.step()` calls `synchronize()`, which waits on the host for every allreduce and then runs the "
         "loop timed here, while the GPU has nothing queued; DDP's reducer makes the stream wait and returns. "
-        "experiments/gpu_cluster.py adds it to Horovod's GPU step.", ""])
+        "experiments/gpu_model/gpu_cluster.py adds it to Horovod's GPU step.", ""])
 
 
 def parser() -> cli.Parser:

@@ -13,13 +13,18 @@ the same step. Rank 0 prints one JSON line per N: the medians, in seconds.
 
 On a GPU (--device cuda) the times are the host's: a kernel's launch, not its run. --model then also times whole
 steps of that torchvision model back to back, the plain copy's and the framework's in alternating blocks, each block
-ended by a synchronize: what the framework adds to a GPU step, its wait on the device included.
+ended by a synchronize: what the framework adds to a GPU step, its wait on the device included, and the plain copy's
+rate, one GPU's with no framework (torch's defaults: TF32 convolutions, cuDNN's autotuner off):
+
+    torchrun --standalone --nproc-per-node 1 tools/host_costs_rank.py --backend native --device cuda --tensors "" \
+        --model resnet50 --batch 256 --amp bf16
 """
 
 import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -32,14 +37,19 @@ are done by then, so the step that follows times the host's work and not the net
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--backend", choices=("native", "horovod"), required=True)
-parser.add_argument("--tensors", default="20,161,640", help="the models' parameter counts, comma-separated")
+parser.add_argument("--tensors", default="20,161,640", help="the models' parameter counts, comma-separated (none: \"\")")
 parser.add_argument("--steps", type=int, default=60)
 parser.add_argument("--warmup", type=int, default=10)
 parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 parser.add_argument("--model", default="", help="a torchvision model whose whole steps are timed too (e.g. resnet50)")
 parser.add_argument("--batch", type=int, default=32, help="--model's batch (224 px images)")
 parser.add_argument("--blocks", type=int, default=6, help="--model's timed blocks per arm, alternating")
+parser.add_argument("--amp", choices=("none", "bf16"), default="none", help="--model's forward in bf16 autocast")
 args = parser.parse_args()
+if args.device == "cuda" and not torch.cuda.is_available():
+    print("error: --device cuda measures a GPU, and torch sees none here: run it on a machine with an NVIDIA GPU, or "
+          "leave --device cuda out", file=sys.stderr)
+    raise SystemExit(2)
 torch.set_num_threads(1)
 
 
@@ -134,7 +144,9 @@ def whole_steps(name: str) -> dict[str, object]:
         start = time.perf_counter()
         for _ in range(steps):
             optimizer.zero_grad()
-            loss_fn(net(x), y).backward()
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp == "bf16"):
+                loss = loss_fn(net(x), y)
+            loss.backward()
             optimizer.step()
         synchronize()
         return (time.perf_counter() - start) / steps
@@ -144,11 +156,12 @@ def whole_steps(name: str) -> dict[str, object]:
     for _ in range(args.blocks):
         plain_s.append(block(plain, plain_opt, args.steps))
         framework_s.append(block(model, opt, args.steps))
-    return {"model": name, "batch": args.batch, "plain_step": statistics.median(plain_s),
-            "step": statistics.median(framework_s), "plain_blocks": plain_s, "blocks": framework_s}
+    return {"model": name, "batch": args.batch, "amp": args.amp, "plain_step": statistics.median(plain_s),
+            "step": statistics.median(framework_s), "plain_blocks": plain_s, "blocks": framework_s,
+            "plain_images_per_s": args.batch / statistics.median(plain_s)}
 
 
-found = [tiny(int(t)) for t in args.tensors.split(",")]
+found = [tiny(int(t)) for t in args.tensors.split(",") if t]
 if args.model:
     found.append(whole_steps(args.model))
 if rank == 0:

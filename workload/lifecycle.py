@@ -55,7 +55,7 @@ def run_rank(framework: Framework, launcher: str, cfg: TrainConfig,
         ctx = dataclasses.replace(framework.init(cfg), began_at=began)
         threads.mark(threads.READY)  # the threads that appeared meanwhile are the framework's
         watchdog.joined(ctx.rank, ctx.world_size)
-        cores.pin(ctx.rank, ctx.world_size, cfg.cpu_affinity)  # after init: the framework's threads exist by now
+        cores.pin(ctx, cfg.cpu_affinity, cfg.threads_per_worker)  # after init: the framework's threads exist by now
         watchdog.kick("starting")
         logs.setup(ctx.rank)
         try:

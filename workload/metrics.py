@@ -3,7 +3,7 @@
 import torch
 from torch import Tensor
 
-from contract.phases import STEP_PHASES, THREAD_GROUPS
+from contract.phases import BLOCK_STEPS, STEP_PHASES, THREAD_GROUPS
 
 
 def percentile(values: Tensor, q: float) -> float:
@@ -15,6 +15,17 @@ def mean_ci95(values: Tensor) -> tuple[float, float]:
     values = values.double()
     std = float(values.std()) if values.numel() > 1 else 0.0
     return float(values.mean()), 1.96 * std
+
+
+def median_rate(samples: Tensor, step: Tensor) -> float:
+    """All workers' samples/s at the median step of `step` [world, steps], with the median samples a step."""
+    return step.shape[0] * percentile(samples.flatten(), 50) / max(percentile(step.flatten(), 50), 1e-12)
+
+
+def blocks(samples: Tensor, step: Tensor) -> list[float]:
+    """`median_rate` of each whole block of BLOCK_STEPS consecutive steps; a shorter rest is left out."""
+    return [median_rate(samples[:, i : i + BLOCK_STEPS], step[:, i : i + BLOCK_STEPS])
+            for i in range(0, step.shape[1] - BLOCK_STEPS + 1, BLOCK_STEPS)]
 
 
 PHASE_COLUMNS = {"data": 0, "wait": 2, "forward": 5, "backward": 6, "optimizer": 7}
@@ -56,7 +67,8 @@ def epoch_timing(times: Tensor, warmup_steps: int) -> dict[str, float]:
         "samples_per_s_per_worker_ci95": rate_ci,
         # The steady-state figure for comparing runs: the median ignores the odd stalled step that a mean
         # (and so samples_per_s) carries in full on a busy machine.
-        "samples_per_s_median": times.shape[0] * percentile(samples.flatten(), 50) / max(median_step, 1e-12),
+        "samples_per_s_median": median_rate(samples, step),
+        "block_samples_per_s": blocks(samples, step),
         "step_time_p50_s": median_step,
         "step_time_p95_s": percentile(step.flatten(), 95),
         "data_share": float(measured[..., 0].sum()) / total,
@@ -64,6 +76,8 @@ def epoch_timing(times: Tensor, warmup_steps: int) -> dict[str, float]:
         "measured_steps": int(measured.shape[1]),
         # The wait after backward for the averaged gradients, per step, over every rank: what overlap leaves exposed.
         "comm_exposed_s": float(measured[..., 2].mean()),
+        # Each rank's median wait: the rank that waits least is the one the others wait for.
+        "wait_s_median_per_rank": measured[..., 2].median(1).values.tolist(),
         **({"cpu_s_per_1k_samples": 1000 * float(measured[..., 4].sum()) / max(float(samples.sum()), 1e-12)}
            if times.shape[-1] > 4 else {}),
         **({"phases_s": phases(measured, step)} if times.shape[-1] > 7 else {}),

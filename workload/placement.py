@@ -31,19 +31,11 @@ def node() -> tuple[str, str]:
     return host, address
 
 
-def host() -> str:
-    """The machine this process runs on, whatever its network namespace: the kernel's boot id."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return socket.gethostname()
-
-
 def gather(ctx: DistContext) -> list[dict[str, object]]:
     """Every rank's node, gathered onto every rank (one collective), ordered by rank."""
     node_id, node_ip = node()
     row = torch.zeros(4 * FIELD_BYTES + 1, dtype=torch.int64)
-    for i, text in enumerate((node_id, node_ip, cores.current(), host())):
+    for i, text in enumerate((node_id, node_ip, cores.current(), cores.host())):
         raw = text.encode()[:FIELD_BYTES]
         row[i * FIELD_BYTES : i * FIELD_BYTES + len(raw)] = torch.tensor(list(raw), dtype=torch.int64)
     row[-1] = ctx.local_rank
@@ -94,7 +86,7 @@ class LinkCounter:
 
     def record(self, ctx: DistContext) -> dict[str, object]:
         """Every rank's count, as each rank read its interface's counter (ranks on one node read the same counter:
-        experiments/regime.py counts each node once); nothing when a rank could not read it."""
+        experiments/simulated_cluster/regime.py counts each node once); nothing when a rank could not read it."""
         # Every rank takes part whether or not it knows its link, so that no rank waits on another's collective.
         sent = ctx.gather_rows(torch.tensor([self.sent], dtype=torch.float64)).flatten().tolist()
         if not self.interface or min(sent) < 0:

@@ -1,13 +1,13 @@
 """Native ÷ Horovod on GPU clusters this project cannot build: each framework's schedule replayed
-(experiments/schedule_replay.py) over a backward shaped as a measured one, at 1 to 64 GPUs, 8 a node over NVLink,
+(experiments/gpu_model/schedule_replay.py) over a backward shaped as a measured one, at 1 to 64 GPUs, 8 a node over NVLink,
 and 100, 200 or 400 Gbit/s between nodes. Trains nothing.
 
-    python -m experiments.predict_gpus docs/results/schedule-models --output docs/results/gpu-prediction
-    python -m experiments.predict_gpus --cluster my-cluster.json --output my-prediction
+    python -m experiments.gpu_model.predict_gpus docs/results/schedule-models --output docs/results/gpu-prediction
+    python -m experiments.gpu_model.predict_gpus --cluster my-cluster.json --output my-prediction
 
 With --cluster, your own cluster instead (docs/cluster.md, "Your cluster, predicted"): FILE is JSON with the keys
 model, image_size, batch_per_gpu, precision (fp32, tf32, amp, bf16), one_gpu_images_per_s, gpus_per_node, nodes,
-intra_node_busbw_gbyte_s and inter_node_gbit_s; experiments/gpu_cluster.py predicts it, with the constants fitted on
+intra_node_busbw_gbyte_s and inter_node_gbit_s; experiments/gpu_model/gpu_cluster.py predicts it, with the constants fitted on
 published GPU runs (docs/results/published-gpu/check.md), and writes prediction.json and prediction.md.
 
 Every input that was assumed rather than measured is named in the output (ASSUMED):
@@ -31,7 +31,7 @@ from typing import Any
 from analysis import plots, runs, text
 from contract import models, results
 from contract.config import BACKENDS, ConfigError
-from experiments import gpu_cluster
+from experiments.gpu_model import gpu_cluster
 from runtime import cli
 
 log = logging.getLogger(__name__)
@@ -61,9 +61,9 @@ LINKS = {
     "negotiation_s": gpu_cluster.NEGOTIATION_S,
 }
 """Assumed: NVLink's allreduce bus bandwidth inside an 8-GPU H100 node (nccl-tests all_reduce_perf, bus bandwidth,
-about 360-480 GB/s on HGX H100: the lower end); the rest as experiments/gpu_cluster.py assumes them."""
+about 360-480 GB/s on HGX H100: the lower end); the rest as experiments/gpu_model/gpu_cluster.py assumes them."""
 PUBLISHED = ("ml-benchmarks' 8 paired ResNet-50 runs on 2 nodes x 4 GPUs (docs/results/published-gpu): DDP ahead in "
-             "all 8, native ÷ Horovod 1.067-1.160, against which experiments/published_check.py checks this model")
+             "all 8, native ÷ Horovod 1.067-1.160, against which experiments/gpu_model/published_check.py checks this model")
 
 
 def shape(folder: Path, model: str) -> dict[str, Any]:
@@ -113,7 +113,7 @@ def _shown(path: Path) -> str:
 
 def predict(measured: dict[str, Any], gpus: int, rate_gbit: float) -> dict[str, Any]:
     """Each backend's step and samples/s per GPU at `gpus`, the ratio and its range, and what makes it: the cluster
-    of experiments/gpu_cluster.py at the published one-GPU step, 8 GPUs a node over NVLink."""
+    of experiments/gpu_model/gpu_cluster.py at the published one-GPU step, 8 GPUs a node over NVLink."""
     published = STEPS[measured["model"]]
     cluster = gpu_cluster.Cluster(
         model=measured["model"], image_size=224, batch_per_gpu=published["batch"], precision="amp",
@@ -164,7 +164,7 @@ def markdown(doc: dict[str, Any]) -> str:
     check = doc["published_check"]
     return "\n".join([
         "# Native DDP or Horovod on GPU clusters (predicted)", "",
-        f"Made by `{doc['command']}`. experiments/gpu_cluster.py at 1 to 64 GPUs, 8 a node over NVLink and "
+        f"Made by `{doc['command']}`. experiments/gpu_model/gpu_cluster.py at 1 to 64 GPUs, 8 a node over NVLink and "
         "100-400 Gbit/s between nodes: each framework's averaging schedule (docs/cluster.md) replayed over a backward "
         "shaped as this machine's CPU runs measured it, scaled to a published GPU step, plus what a GPU host adds "
         "(the averaging beside backward slows it; Horovod's step end holds the host while the GPU idles). Nothing "
@@ -276,7 +276,7 @@ def cluster_main(args: argparse.Namespace) -> int:
     check = json.loads(gpu_cluster.CHECK.read_text())
     made = gpu_cluster.predict(cluster, shape_of, gpu_cluster.constants(), gpu_cluster.host())
     v = check["validation"]
-    doc = {"schema_version": 1, "command": "python -m experiments.predict_gpus " + " ".join(sys.argv[1:]),
+    doc = {"schema_version": 1, "command": "python -m experiments.gpu_model.predict_gpus " + " ".join(sys.argv[1:]),
            "cluster": {f: getattr(cluster, f) for f in cluster.__slots__}, **made, "shape_from": shape_of["from"],
            "constants": {name: c["value"] for name, c in check["fitted"].items()},
            "checked_against": {
@@ -300,7 +300,7 @@ def _folder(text: str) -> Path:
 
 
 def parser() -> cli.Parser:
-    out = cli.Parser(description=__doc__.split("\n\n")[0], prog="python -m experiments.predict_gpus",
+    out = cli.Parser(description=__doc__.split("\n\n")[0], prog="python -m experiments.gpu_model.predict_gpus",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     out.add_argument("measured", type=Path, nargs="?", default=SHAPES,
                      help="a folder of comparisons (or grids) whose native runs recorded a schedule: resnet50 and "
@@ -334,7 +334,7 @@ def main() -> int:
             said += (" The published GPU runs above are this prediction's check: on 2 CPU cores a rank's averaging "
                      "shares the cores with its own backward, and few waits here are measured precisely enough to "
                      "judge a model by (docs/cluster.md).")
-    doc = {"schema_version": 1, "command": "python -m experiments.predict_gpus " + " ".join(sys.argv[1:]),
+    doc = {"schema_version": 1, "command": "python -m experiments.gpu_model.predict_gpus " + " ".join(sys.argv[1:]),
            "rows": rows, "assumed": {"steps": STEPS, "links": LINKS}, "validation": said,
            "measured_shapes_from": {s["model"]: s["from"] for s in shapes}, "published": PUBLISHED,
            "published_check": published_said(), "constants": {

@@ -1,8 +1,8 @@
-"""The GPU prediction checked against published GPU runs: experiments/gpu_cluster.py's two constants fitted on the
+"""The GPU prediction checked against published GPU runs: experiments/gpu_model/gpu_cluster.py's two constants fitted on the
 calibration rows of docs/results/published-gpu alone, then every row predicted, the validation rows' error against
 the bar (native ÷ Horovod within ±3 %, DDP's scaling within ±5 points). Trains nothing.
 
-    python -m experiments.published_check docs/results/published-gpu
+    python -m experiments.gpu_model.published_check docs/results/published-gpu
 
 Reads rows.csv, clusters.json and split.json from the folder and docs/results/host-costs/host-costs.json (what
 Horovod's step end costs this machine's host), and the backward's shape from docs/results/schedule-models; writes
@@ -21,8 +21,8 @@ from typing import Any
 
 from analysis import text
 from contract.config import ConfigError
-from experiments import gpu_cluster, predict_gpus
-from experiments.gpu_cluster import Cluster, Constants
+from experiments.gpu_model import gpu_cluster, predict_gpus
+from experiments.gpu_model.gpu_cluster import Cluster, Constants
 from runtime import cli
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def check(folder: Path) -> dict[str, Any]:
              "horovod_scaling_error": max(abs(r["horovod_scaling_error"]) for r in validation)}
     met = {"ratio": sum(abs(r["ratio_error"]) <= RATIO_BAR for r in validation),
            "ddp_scaling": sum(abs(r["ddp_scaling_error"]) <= SCALING_BAR for r in validation)}
-    return {"schema_version": 1, "command": "python -m experiments.published_check " + " ".join(sys.argv[1:]),
+    return {"schema_version": 1, "command": "python -m experiments.gpu_model.published_check " + " ".join(sys.argv[1:]),
             "fitted": {"overlap_cost": {"value": fitted.overlap_cost, "fitted_on": "calibration: DDP's mean scaling"},
                        "step_end_scale": {"value": fitted.step_end_scale,
                                       "fitted_on": "calibration: the mean native ÷ Horovod"}},
@@ -145,7 +145,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "# The GPU prediction against published GPU runs", "",
         f"Made by `{doc['command']}` from [rows.csv](rows.csv) (ml-benchmarks' paired DDP and Horovod ResNet-50 runs, "
         "2 nodes x 4 GPUs, batch 32 a GPU, fp32; [README](README.md) gives the source and every difference between "
-        "its two scripts). The model is experiments/gpu_cluster.py: each framework's averaging replayed over "
+        "its two scripts). The model is experiments/gpu_model/gpu_cluster.py: each framework's averaging replayed over "
         f"ResNet-50's backward as measured on this machine's CPU ({doc['shape_from']}), scaled to each row's own "
         "one-GPU figure, plus what a GPU host adds. Two constants were fitted on the calibration rows alone:", "",
         f"- `overlap_cost` = **{fitted['overlap_cost']['value']:.3f}** (seconds added to the step per second of "
@@ -190,7 +190,7 @@ def misses(doc: dict[str, Any]) -> str:
 
 
 def parser() -> cli.Parser:
-    out = cli.Parser(description=__doc__.split("\n\n")[0], prog="python -m experiments.published_check",
+    out = cli.Parser(description=__doc__.split("\n\n")[0], prog="python -m experiments.gpu_model.published_check",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     out.add_argument("folder", type=Path, help="docs/results/published-gpu: rows.csv, clusters.json, split.json")
     return out

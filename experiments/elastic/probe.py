@@ -1,9 +1,9 @@
 """Lose a node and get it back: Ray Train V2 elastic, Horovod elastic on Ray and torchrun --nnodes 1:2, side by side.
 
-    python experiments/elastic_probe.py --trials 2 --return-after-s 60      # as root; about 6 min a round
+    python experiments/elastic/probe.py --trials 2 --return-after-s 60      # as root; about 6 min a round
 
 Each framework's own elastic mechanism in plain framework code, none of this project's training code: the
-simulated cluster (experiments/netsim.py) only gives the two nodes, one worker each. After step 10 of epoch 1 at full
+simulated cluster (experiments/simulated_cluster/netsim.py) only gives the two nodes, one worker each. After step 10 of epoch 1 at full
 size, every process of node 1 is SIGKILLed (Ray's raylet and worker, or the torchrun agent and its rank); after
 --return-after-s the node comes back (`ray start --address`, or a new agent). Modes are interleaved, trial by trial.
 
@@ -34,7 +34,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from experiments import node_loss
+from experiments.elastic import node_loss
 
 MODES = ("ray-train", "horovod-ray", "torchrun")
 BATCH, STEP_S, SAVE_EVERY, LR = 100, 0.05, 10, 0.01
@@ -225,8 +225,8 @@ def horovod_ray_driver() -> int:
 # --- the harness, on the host ---
 
 def trial(mode: str, folder: Path, args: argparse.Namespace) -> dict:
-    from experiments import elastic_report as elastic
-    from experiments import node_loss
+    from experiments.elastic import report as elastic
+    from experiments.elastic import node_loss
     env = {"EP_DIR": str(folder), "EP_EPOCHS": str(args.epochs), "EP_SAMPLES": str(args.samples),
            "OMP_NUM_THREADS": "1"}
     if mode == "torchrun":
@@ -272,7 +272,7 @@ def main() -> int:
                f"--epochs must be > {KILL_EPOCH + 1}" if args.epochs <= KILL_EPOCH + 1 else
                f"--samples must be a multiple of {FULL * BATCH}, at least {2 * KILL_STEP * FULL * BATCH}"
                if args.samples < 2 * KILL_STEP * FULL * BATCH or args.samples % (FULL * BATCH) else "")
-    from experiments import netsim
+    from experiments.simulated_cluster import netsim
     from contract.config import ConfigError
     try:
         netsim.check_host(2)
@@ -294,7 +294,7 @@ def main() -> int:
     (root / "elastic_probe.json").write_text(json.dumps({"return_after_s": args.return_after_s,
                                                          "trials": results}, indent=1))
     print(f"\nNode 1 lost after step {KILL_STEP} of epoch {KILL_EPOCH}, back after {args.return_after_s:g} s:\n")
-    from experiments import elastic_report as elastic
+    from experiments.elastic import report as elastic
     print(elastic.table(results, modes))
     return 0 if all(r["finished"] for r in results) else 1
 

@@ -1,9 +1,9 @@
-"""The schedule replay (experiments/schedule_replay.py) checked against every wait a comparison measured: each run's
+"""The schedule replay (experiments/gpu_model/schedule_replay.py) checked against every wait a comparison measured: each run's
 own recorded backward (results.json's `schedule`) replayed under a link fitted to that run's averaging alone
 (`overlap.comm_alone_s`), its wait and native − Horovod's step difference predicted, and set beside the measured ones,
-with the old model's (experiments/comm_model.py, overlap fixed at 0: the wait is the averaging alone) beside them.
+with the simplest rival's beside them (the wait is the averaging alone: nothing hidden).
 
-    python -m experiments.schedule_check results/<run-id> results/<grid-id> --output docs/results/schedule-check.md
+    python -m experiments.gpu_model.schedule_check results/<run-id> results/<grid-id> --output docs/results/schedule-check.md
 
 A point is judged only where it was measured precisely: its 95 % interval over the runs within ±10 % of its value
 (or within FLOOR_MS of it, for a wait near 0). It matches when the prediction is within 10 % of the measured figure, or
@@ -22,8 +22,8 @@ from contract import results
 from contract.config import ConfigError
 from contract.options import fusion_bytes
 from contract.results import HOROVOD_TIMELINE
-from experiments import schedule_replay
-from experiments.schedule_replay import MIB, Gradient, Link, Schedule
+from experiments.gpu_model import schedule_replay
+from experiments.gpu_model.schedule_replay import MIB, Gradient, Link, Schedule
 from runtime import cli
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ docs/options.md)."""
 @dataclass(frozen=True)
 class Point:
     """One checked figure: what it is, the measured mean and interval over runs, the replay's under a link fitted to
-    the averaging alone, the replay's under the link DDP's buckets got inside the step (contended), the old model's."""
+    the averaging alone, the replay's under the link DDP's buckets got inside the step (contended), the simplest rival's (the averaging alone)."""
 
     setting: str
     arm: str
@@ -50,7 +50,7 @@ class Point:
     interval_ms: tuple[float, float] | None
     replayed_ms: float
     contended_ms: float | None
-    old_ms: float | None
+    rival_ms: float | None
     runs: int
     unit: str = "ms"
 
@@ -71,8 +71,8 @@ class Point:
                                                                          self.unit)
 
     @property
-    def old_passed(self) -> bool:
-        return self.precise and self.old_ms is not None and within(self.old_ms, self.measured_ms, self.unit)
+    def rival_passed(self) -> bool:
+        return self.precise and self.rival_ms is not None and within(self.rival_ms, self.measured_ms, self.unit)
 
 
 def allowed(measured: float, unit: str) -> float:
@@ -116,7 +116,7 @@ def in_step_link(doc: dict[str, Any], ranks: int) -> Link | None:
 def replay(run: dict[str, Any], doc: dict[str, Any], config: dict[str, Any], contended: Link | None
            ) -> tuple[float, Schedule, Schedule | None, float] | None:
     """A run's (measured wait, its schedule replayed under a link fitted to its averaging alone, replayed under the
-    `contended` link, the old model's wait), seconds; None where it recorded no schedule or no averaging alone."""
+    `contended` link, the simplest rival's wait), seconds; None where it recorded no schedule or no averaging alone."""
     schedule, overlap = doc.get("schedule"), run.get("overlap") or {}
     if not schedule or not overlap.get("comm_alone_s"):
         return None
@@ -266,7 +266,7 @@ def _results(folder: Path, run: dict[str, Any], config: dict[str, Any]) -> dict[
 
 def _point(setting: str, arm: str, what: str, values: dict[int, list[float | None]], unit: str = "ms",
            scale: float = 1000) -> Point:
-    """From each round's (measured, replayed, replayed contended, old model) seconds (or counts, `scale` 1): the
+    """From each round's (measured, replayed, replayed contended, the simplest rival) seconds (or counts, `scale` 1): the
     means in `unit`, and the measured figure's interval over the rounds."""
     def mean(k: int) -> float | None:
         found = [scale * v[k] for v in values.values() if v[k] is not None]
@@ -352,7 +352,7 @@ def check(given: list[str]) -> str:
 def markdown(found: list[Point], given: list[str], apart: list[list[str]]) -> str:
     head = ("| setting | arm | figure | measured (95 % CI) | runs | precise enough | "
             "replayed, link of the averaging alone | "
-            "replayed, link the run's allreduces got in the step | old model (the averaging alone) |")
+            "replayed, link the run's allreduces got in the step | the simplest rival (the averaging alone) |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
 
     def cell(value: float | None, passed: bool, precise: bool) -> str:
@@ -366,26 +366,26 @@ def markdown(found: list[Point], given: list[str], apart: list[list[str]]) -> st
         lines.append(f"| {p.setting} | {p.arm} | {what} | {p.measured_ms:.1f}{interval} | {p.runs} | "
                      f"{'yes' if p.precise else 'no'} | {cell(p.replayed_ms, p.passed, p.precise)} | "
                      f"{cell(p.contended_ms, p.contended_passed, p.precise)} | "
-                     f"{cell(p.old_ms, p.old_passed, p.precise)} |")
-    waits = [p for p in found if p.unit == "ms" and p.old_ms is not None]
+                     f"{cell(p.rival_ms, p.rival_passed, p.precise)} |")
+    waits = [p for p in found if p.unit == "ms" and p.rival_ms is not None]
     others = [p for p in found if p not in waits]
     judged = [[p for p in group if p.precise] for group in (waits, others)]
-    counts = [[sum(getattr(p, name) for p in group) for name in ("passed", "contended_passed", "old_passed")]
+    counts = [[sum(getattr(p, name) for p in group) for name in ("passed", "contended_passed", "rival_passed")]
               for group in judged]
-    out = [f"Made by `python -m experiments.schedule_check {' '.join(given)}` from the runs' results.json alone.", "",
+    out = [f"Made by `python -m experiments.gpu_model.schedule_check {' '.join(given)}` from the runs' results.json alone.", "",
            f"**The replay matched {counts[0][0]} of {len(judged[0])} precisely measured waits** (each backend's wait "
            f"after backward and native − Horovod's backward plus wait; precise: the 95 % interval over the runs "
            f"within ±{100 * BAR:.0f} % of the value or ±{FLOOR_MS:g} ms) within {100 * BAR:.0f} % or {FLOOR_MS:g} ms "
            f"under a link fitted to each run's averaging alone, and {counts[0][1]} of {len(judged[0])} under the link "
            f"the run's own allreduces got inside its step (for Horovod without its fused buffers recorded, the link "
-           f"DDP's buckets got in the same round); the old model (the averaging alone, nothing hidden), "
+           f"DDP's buckets got in the same round); the simplest rival (the averaging alone, nothing hidden), "
            f"{counts[0][2]} of {len(judged[0])}. The other {len(waits) - len(judged[0])} of the {len(waits)} waits "
            f"were not measured precisely enough to judge any model by (more rounds would narrow them), and are "
            f"counted as nothing."]
     if others:
         out[-1] += (f" Where the runs recorded their allreduces, the replay's matched {counts[1][0]} and "
                     f"{counts[1][1]} of the {len(judged[1])} precisely measured figures of {len(others)} (allreduces "
-                    f"a step; a fused buffer's launch after its last gradient), which the old model cannot say.")
+                    f"a step; a fused buffer's launch after its last gradient), which the rival cannot say.")
     out[-1] += " Figures in ms unless they say otherwise; within or outside the bar, or not judged."
     out += ["", *lines, ""]
     if apart:
@@ -398,7 +398,7 @@ def markdown(found: list[Point], given: list[str], apart: list[list[str]]) -> st
 
 
 def parser() -> cli.Parser:
-    out = cli.Parser(description=__doc__.split("\n\n")[0], prog="python -m experiments.schedule_check")
+    out = cli.Parser(description=__doc__.split("\n\n")[0], prog="python -m experiments.gpu_model.schedule_check")
     out.add_argument("comparisons", nargs="+", help="folders written by python -m ray_jobs.compare (or grids)")
     out.add_argument("--output", type=Path, help="a Markdown file to write the table to (default: print it)")
     return out

@@ -15,7 +15,7 @@
 - Each node's hostname resolves to its own address (`/etc/netns/<ns>/hosts`, which `ip netns exec` mounts over
   /etc/hosts), as on a real cluster: Horovod 0.28.1 builds its process-set gloo device from the hostname whatever
   HOROVOD_GLOO_IFACE says, and the host's own /etc/hosts maps it to loopback.
-- The cluster's life, its Ray nodes and its teardown: experiments/sim_cluster.py.
+- The cluster's life, its Ray nodes and its teardown: experiments/simulated_cluster/sim_cluster.py.
 
 Needs root and the `ip` and `tc` commands; refuses in one line otherwise, before anything is created.
 """
@@ -172,7 +172,7 @@ def build_links(sim: Cluster) -> None:
 def burst_bytes(bits: float) -> int:
     """The token bucket's size at `bits`/s: 10 ms of the rate, and at least a few full frames, so that bursts of
     segments pass. A bucket refilled while a rank computes lets that many bytes of the next allreduce through at
-    the veth's own speed (experiments/comm_model.py takes it off what the rate limits)."""
+    the veth's own speed, which a real link does not."""
     return max(int(bits / 8 / 100), 16 * 1514)
 
 

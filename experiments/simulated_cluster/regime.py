@@ -1,4 +1,4 @@
-"""The regime report of a link sweep (experiments/link_sweep.py): for each link rate and model width, each backend's
+"""The regime report of a link sweep (experiments/simulated_cluster/link_sweep.py): for each link rate and model width, each backend's
 steady-state throughput, comm share and achieved link rate, native ÷ Horovod, and where the winner changes; and
 network.png. Read from the sweep's JSON alone, so `compare --render <sweep>` redraws it.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 from analysis import plots, report, runs, speed, stats, text, tuning
 from contract.config import BACKENDS, ConfigError
-from experiments import netsim
+from experiments.simulated_cluster import netsim
 
 NETWORK = "network.json"
 SCHEMA_VERSION = 1

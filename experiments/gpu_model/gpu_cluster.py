@@ -1,4 +1,4 @@
-"""A GPU cluster's step under each framework: the replay of its averaging (experiments/schedule_replay.py) over a
+"""A GPU cluster's step under each framework: the replay of its averaging (experiments/gpu_model/schedule_replay.py) over a
 backward shaped as a measured one and scaled to the cluster's own one-GPU step, plus the two things a GPU host adds
 that the replay alone leaves out (docs/cluster.md, "What a GPU host adds"):
 
@@ -12,7 +12,7 @@ that the replay alone leaves out (docs/cluster.md, "What a GPU host adds"):
 
 Each hook's own cost during backward is measured too but not added: on a GPU the host runs ahead of the GPU during
 backward, so the autograd thread's hooks delay kernels the GPU is not yet waiting for.
-Torch-free: the constants are fitted by experiments/published_check.py on the calibration rows of
+Torch-free: the constants are fitted by experiments/gpu_model/published_check.py on the calibration rows of
 docs/results/published-gpu, and read from its check.json.
 """
 
@@ -25,8 +25,8 @@ from typing import Any
 from analysis import runs
 from contract import models
 from contract.config import BACKENDS, ConfigError
-from experiments import schedule_replay
-from experiments.schedule_replay import Gradient, Link, Schedule
+from experiments.gpu_model import schedule_replay
+from experiments.gpu_model.schedule_replay import Gradient, Link, Schedule
 
 PRECISIONS = ("fp32", "tf32", "amp", "bf16")
 """The one-GPU figure's precision. Autocast (amp, bf16) and TF32 keep the parameters, and so the gradients DDP and
@@ -67,7 +67,7 @@ def _finite(value: int | float) -> bool:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Cluster:
-    """A team's cluster, as `python -m experiments.predict_gpus --cluster FILE` reads it."""
+    """A team's cluster, as `python -m experiments.gpu_model.predict_gpus --cluster FILE` reads it."""
 
     model: str
     """A model of the registry whose backward a committed CPU run recorded (resnet50, vit_b_16)."""

@@ -1,6 +1,6 @@
 """Lose a node mid-run and get it back, on the project's workload, under each framework's elastic mode (as root).
 
-    python -m experiments.elastic_trials --trials 3 --output-dir results/elastic      # 25 min at the defaults
+    python -m experiments.elastic.trials --trials 3 --output-dir results/elastic      # 25 min at the defaults
 
 Each mode trains the ConvNet (workload/elastic.py, with each framework's loop in its backend's folder) on a
 simulated cluster of --max-workers nodes, one worker each:
@@ -29,8 +29,9 @@ from pathlib import Path
 from analysis import plots
 from contract import results
 from contract.config import ConfigError, TrainConfig
-from experiments import elastic_report as figures, netsim, node_loss
-from experiments.node_loss import KILL_EPOCH, KILL_STEP
+from experiments.elastic import report as figures, node_loss
+from experiments.simulated_cluster import netsim
+from experiments.elastic.node_loss import KILL_EPOCH, KILL_STEP
 from launchers import arms, elastic as drivers
 from runtime import cli, flags, preflight, space
 from workload import data
@@ -50,7 +51,7 @@ def main() -> int:
     cfg = flags.from_args(args, workers=args.max_workers)
     if cfg.dataset == "synthetic":
         check_length(cfg, cfg.synthetic_train_size, "--synthetic-train-size")
-    netsim.check_host(args.max_workers, "python -m experiments.elastic_trials (one simulated node per worker)", "")
+    netsim.check_host(args.max_workers, "python -m experiments.elastic.trials (one simulated node per worker)", "")
     if "ray-horovod" in modes:
         from horovod_ddp.adapter import import_horovod
         import_horovod()
@@ -76,7 +77,7 @@ def main() -> int:
 
 
 def parser() -> cli.Parser:
-    out = cli.Parser(description=__doc__, prog="python -m experiments.elastic_trials",
+    out = cli.Parser(description=__doc__, prog="python -m experiments.elastic.trials",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     out.add_argument("--trials", type=int, default=3, help="trials per mode (default: 3)")
     out.add_argument("--modes", default=",".join(drivers.MODES),

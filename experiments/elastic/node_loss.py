@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from experiments import netsim, sim_cluster
+from experiments.simulated_cluster import netsim, sim_cluster
 
 RDZV_PORT = 29400
 POLL_S = 0.2
