@@ -44,7 +44,7 @@ stress: $(STAMP)
 # schedule replay checked against the committed runs, the GPU model against published GPU runs, and its GPU clusters'
 # prediction.
 SNAPSHOTS := $(foreach s,models vit_b_16,\
-	docs/results/$(s) docs/results/$(s)-epyc-2026-11-27 docs/results/$(s)-xeon-2026-11-25)
+	docs/results/$(s)-epyc-2026-11-26 docs/results/$(s)-epyc-2026-11-27 docs/results/$(s)-xeon-2026-11-25)
 SCHEDULES := docs/results/schedule-models docs/results/schedule-fused docs/results/schedule-options \
 	docs/results/schedule-sim-2-nodes \
 	docs/results/schedule-sim-3-nodes

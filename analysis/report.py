@@ -7,7 +7,7 @@ from typing import Any
 
 from analysis import cause, parity, plots, runs, speed, stats, text
 from contract import framework_env, models
-from contract.config import AA_SUFFIX, BACKENDS, ConfigError
+from contract.config import AA_SUFFIX, BACKENDS, CEILING, ConfigError
 from contract.phases import BLOCK_STEPS, STEP_PHASES
 
 OPTION_NAMES = {"compression": "--compression", "grad_accumulation": "--grad-accumulation", "amp": "--amp",
@@ -470,16 +470,23 @@ def setup_line(comparison: dict[str, Any]) -> str:
     return (f"Dataset **{cfg['dataset']}**, {cfg['epochs']} epoch(s), batch {cfg['batch_size']} per worker, SGD lr "
             f"{cfg['lr']} momentum {cfg['momentum']}, seed {cfg['seed']}, {cfg['threads_per_worker']} torch "
             f"thread(s) per worker, {placement_words(comparison)}; the same initial weights and DistributedSampler "
-            "shards in every run. Launchers: "
-            f"{', '.join(s['launchers'])}; every arm ran {runs.rounds(comparison)} time(s) per worker count, the "
-            f"references once{cut_text(s)}; {comparison['wall_time_s'] / 60:.1f} min in all{kept_text(comparison)}. "
-            f"Python {env['python']}, torch "
+            f"shards in every run. Launchers: {', '.join(s['launchers'])}; every arm ran {runs.rounds(comparison)} "
+            f"time(s) per worker count{ceiling_text(comparison)}, the references once{cut_text(s)}; "
+            f"{comparison['wall_time_s'] / 60:.1f} min in all{kept_text(comparison)}. Python {env['python']}, torch "
             f"{env['torch']}, torchvision {env['torchvision']}, Ray {env['ray']}, Horovod {env['horovod']}; CPU "
             f"{env['cpu']} ({env['cpu_count']} cores); GPU {gpu_text(env)}; host {env['hostname']}."
             + (f" Framework settings exported where the comparison started: "
                f"{framework_env.words(env['framework_settings'])} (each run's results.json lists those its rank 0 "
                "had)." if "framework_settings" in env else "")
             + averaged_by_text(comparison) + gpu_math_text(comparison))
+
+
+def ceiling_text(comparison: dict[str, Any]) -> str:
+    """Where the ceiling ran in fewer rounds than the compared arms (the first few, orchestrator.CEILING_ROUNDS)."""
+    ran = {(r["workers"], r["round"]) for r in comparison["runs"] if r["arm"].startswith(CEILING)}
+    counts = {n for n, _ in ran}
+    fewest = min((sum(1 for m, _ in ran if m == n) for n in counts), default=0)
+    return f" (the ceiling in the first {fewest})" if ran and fewest < runs.rounds(comparison) else ""
 
 
 def placement_words(comparison: dict[str, Any]) -> str:

@@ -33,7 +33,7 @@ def ray_worker(config: dict[str, Any], restarts: int = 0,
         # Horovod: RayExecutor picks the interface from the workers' hostnames, and where they are all alike
         # (nodes simulated on one host) it picks loopback, which crosses no link; the interface the node names for
         # gloo, which DDP's gloo takes, wins, so that both backends talk over the same link. (Horovod 0.28.1's
-        # process-set device ignores this and resolves the hostname: experiments/simulated_cluster/netsim.py gives each node its own.)
+        # process-set device ignores this and resolves the hostname: the simulated cluster gives each node its own.)
         os.environ["HOROVOD_GLOO_IFACE"] = interface
     return run_rank(HOROVOD, "ray", cfg, lambda ctx, watchdog: train(ctx, cfg, "ray", watchdog, restarts))
 

@@ -15,7 +15,7 @@ verdicts.png, loss.png, throughput.png, overhead.png. Without --target-ci it run
 asks for ±3 % within 9 minutes. Exit code 1 when a run failed, or with --assert-parity when parity is FAIL.
 
 This module reads the flags and picks the path: one comparison (ray_jobs/orchestrator.py), the tuning grid
-(ray_jobs/grid.py), or the link sweep on a simulated cluster (experiments/simulated_cluster/link_sweep.py, experiments/simulated_cluster/netsim.py);
+(ray_jobs/grid.py), or the link sweep on a simulated cluster (experiments/simulated_cluster/);
 analysis/ renders what they write.
 """
 

@@ -88,7 +88,7 @@ def compare(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bo
             network: dict[str, Any] | None = None, reuse_references: Path | None = None,
             per_backend: dict[str, dict[str, Any]] | None = None, resume: bool = False) -> Path:
     """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
-    folder. `network`: the simulated link the runs cross (experiments/simulated_cluster/link_sweep.py), recorded with every run.
+    folder. `network`: the simulated link the runs cross (experiments/simulated_cluster), recorded with every run.
     `reuse_references`: a comparison of the same settings (a link sweep's first rate) whose finished single-process
     references stand in for this one's: they never cross a link, so running them again would give the same steps.
     `per_backend`: options each backend runs with instead of `base`'s (a grid's best of each against each other);
@@ -201,7 +201,8 @@ the compared arms alone."""
 
 
 def rounds(compared: list[Arm], n: int, which: range) -> list[tuple[int, Arm, int]]:
-    """Rounds `which` of `compared` at `n` workers, in the balanced order, the ceilings only in the first CEILING_ROUNDS."""
+    """Rounds `which` of `compared` at `n` workers in the balanced order, the ceilings only in the first
+    CEILING_ROUNDS."""
     order = stats.balanced_order(compared, which.stop) if which.stop else []
     return [(r, arm, n) for r, arm in order if r in which and not (arm.ceiling and r >= CEILING_ROUNDS)]
 

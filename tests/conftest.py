@@ -1,6 +1,9 @@
 """Shared fixtures: synthetic data made once per session, and one real local Ray cluster for every Ray test."""
 
 import os
+import shutil
+import subprocess
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -8,9 +11,17 @@ from pathlib import Path
 import pytest
 
 from cluster import own_ray
-from tests.helpers import TEST_SIZE, TRAIN_SIZE
+from tests.helpers import BIN, TEST_SIZE, TRAIN_SIZE, free_port, stop_ray
 from contract.config import TrainConfig
 from workload import data
+
+SCRATCH = Path(tempfile.mkdtemp(prefix="ddp-vs-horovod-tests-"))
+"""The suite's own temporary folder, removed at its end: what launchers and libraries leave in the machine's temporary
+folder (torchrun's torchelastic_*, multiprocessing's pymp-*, where Ray records a cluster `ray start` began) lands here,
+so a test reads only what the suite made, never a user's torchrun or Ray beside it (docs/install.md)."""
+os.environ["TMPDIR"] = os.environ["RAY_TMPDIR"] = str(SCRATCH)
+os.environ.pop("RAY_ADDRESS", None)  # a test that joins a cluster names it; none joins the user's by default
+tempfile.tempdir = None
 
 # Ray Train's controller polls its workers every 2 s, so each Ray Train run ends ~2 s after its training; polling
 # at 0.5 s costs throughput (docs/measuring.md: What Ray costs), which no test measures. Every driver here inherits it.
@@ -40,6 +51,10 @@ def pytest_runtest_protocol(item, nextitem):
         idle_share = (after[1] - before[1]) / (after[0] - before[0])
         wall = time.monotonic() - started
         IDLE.append((idle_share * wall * (os.cpu_count() or 1), wall, item.nodeid))
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(SCRATCH, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -94,3 +109,29 @@ def ray_cluster():
         cluster.stop()
 
 
+
+
+@pytest.fixture(scope="session")
+def users_ray(tmp_path_factory):
+    """A user's own Ray beside the suite, as docs/running.md starts one by hand: a loopback `ray start --head` with
+    token authentication on (its token in a file of its own, not ~/.ray), in a temp dir of its own and recorded where
+    its user's commands look, not where the suite's do; and a torchrun's leftover torchelastic_* folder in the machine's
+    temporary folder. The tests that join it say so; the others pass beside it. (address, token file)"""
+    import uuid
+
+    root = tmp_path_factory.mktemp("users-ray")
+    ray_dir, leftover = (Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp")) for prefix in ("ray-user-", "torchelastic_"))
+    token = root / "token"
+    token.write_text(uuid.uuid4().hex * 2)
+    port = free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_TMPDIR": str(root), "TMPDIR": str(root)}
+    try:
+        subprocess.run([str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                        "--num-cpus=1", "--include-dashboard=false", f"--temp-dir={ray_dir}"],
+                       check=True, env=env, capture_output=True, text=True, timeout=180)
+        yield f"127.0.0.1:{port}", token
+    finally:
+        stop_ray(ray_dir)
+        for folder in (ray_dir, leftover):
+            shutil.rmtree(folder, ignore_errors=True)

@@ -20,21 +20,26 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
-def comparison_dir(ray_cluster, base_cfg, tmp_path_factory):
+def comparison_dir(ray_cluster, users_ray, base_cfg, tmp_path_factory):
     """One small comparison for the module: 2 workers, both backends under Ray, torchrun and horovodrun, two
-    interleaved rounds, one epoch (mp.spawn: tests/test_options.py's comparison of every launcher)."""
-    root = tmp_path_factory.mktemp("compare")
-    litter = set(Path(tempfile.gettempdir()).glob("torchelastic_*"))
-    run_dir = orchestrator.compare(base_cfg, CompareConfig(parity_steps=30, target_accuracy=0.9, repeats=2,
-                                                           launchers="ray,torchrun,horovodrun", no_ceiling=True),
-                                    root)
+    interleaved rounds, one epoch (mp.spawn: tests/test_options.py's comparison of every launcher), with a temporary
+    folder of its own, where its launchers' scratch goes; beside a user's own token-authenticated Ray and a torchrun's
+    leftover folder, which it must neither join nor count."""
+    root, scratch = tmp_path_factory.mktemp("compare"), tmp_path_factory.mktemp("scratch")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(scratch))
+        patch.setattr(tempfile, "tempdir", None)
+        run_dir = orchestrator.compare(base_cfg, CompareConfig(parity_steps=30, target_accuracy=0.9, repeats=2,
+                                                               launchers="ray,torchrun,horovodrun", no_ceiling=True),
+                                       root)
     report.render(run_dir)
-    LEFT_BY_TORCHRUN.extend(set(Path(tempfile.gettempdir()).glob("torchelastic_*")) - litter)
+    LEFT_BY_TORCHRUN.extend(scratch.glob("torchelastic_*"))
     return run_dir
 
 
 LEFT_BY_TORCHRUN: list[Path] = []
-"""The /tmp/torchelastic_<random>/ folders the module's comparison left (torchrun's, one per run before)."""
+"""The torchelastic_<random>/ folders the module's comparison left in its temporary folder (torchrun's, one per run
+before)."""
 
 
 ARMS = ["native", "horovod", "native/torchrun", "horovod/horovodrun"]

@@ -235,6 +235,25 @@ BY_HARDWARE = "<!-- by hardware: tests/test_docs.py ties each figure to docs/res
 ANSWER_START = "<!-- the answer: tests/test_docs.py checks each row against docs/results -->"
 
 
+TIERS = {"`make test-fast`": ["-m", "not cluster and not faults and not docs"], "`make test`": []}
+"""Each test target's row in docs/install.md's tiers table, and the selection its pytest makes."""
+
+
+@pytest.mark.docs
+def test_the_test_counts_docs_install_md_gives_are_what_pytest_collects():
+    import subprocess
+    import sys
+
+    table = (REPO / "docs" / "install.md").read_text().split("## The test tiers", 1)[1].split("\n\n", 2)[1]
+    for target, selection in TIERS.items():
+        row = next(line for line in table.splitlines() if line.startswith(f"| {target} |"))
+        said = int(re.search(r"(\d[\d,]*) tests", row)[1].replace(",", ""))
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                               *selection], cwd=REPO, capture_output=True, text=True, timeout=300)
+        collected = int(re.search(r"(\d+)(?:/\d+)? tests collected", done.stdout)[1])
+        assert said == collected, f"docs/install.md says {target} runs {said} tests; pytest collects {collected}"
+
+
 def test_the_readme_s_first_block_runs_the_comparison_and_the_tests_with_their_measured_times():
     """The two commands a newcomer needs first, each with its time; make test's is the median of the fresh-clone
     totals docs/install.md records, and Ray Train's later start is the committed models' medians."""

@@ -21,7 +21,6 @@ import pytest
 from contract import results
 from contract.config import TrainConfig
 from launchers import arms
-from native_ddp import spawn
 from ray_jobs import fault_trials
 from ray_jobs.fault_trials import ARMS
 from tests.helpers import BIN, TEST_SIZE, TRAIN_SIZE, data_flags, run_command
@@ -276,8 +275,8 @@ def _stop_rank_1_after_epoch_1(name: str, cfg: TrainConfig, folder: Path, env: d
         stopped = int((pids / "rank1.pid").read_text())
         os.kill(stopped, signal.SIGSTOP)
         _assert_gone(pids, bound_s=cfg.stall_timeout_s + 60, ranks=("rank0",))  # its watchdog ended it
-        if name == "mp.spawn":  # the command itself ends the stopped rank: SIGTERM, then SIGKILL after a grace
-            proc.wait(timeout=spawn.JOIN_GRACE_S + 15)
+        if name == "mp.spawn":  # the command itself ends the stopped rank (SIGTERM, then SIGKILL after a grace), or
+            proc.wait(timeout=120)  # never ends: a bound for a busy machine, where the grace alone ran past 18 s
         else:  # a stopped process keeps a launcher's SIGTERM pending: not the test's wait
             with contextlib.suppress(ProcessLookupError):  # its launcher's own SIGKILL may have come first
                 os.kill(stopped, signal.SIGKILL)

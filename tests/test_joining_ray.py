@@ -8,34 +8,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
 import pytest
 
 from cluster.own_ray import local_rays
-from tests.helpers import BIN, REPO, assert_one_line_error, data_flags, free_port, stop_ray
+from tests.helpers import REPO, assert_one_line_error, data_flags, stop_ray
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def token_cluster(tmp_path_factory):
-    """A loopback `ray start --head` with token authentication on, its token in a file of its own (not ~/.ray)."""
-    root = tmp_path_factory.mktemp("token-cluster")
-    ray_dir = short_dir()
-    token = root / "token"
-    token.write_text(uuid.uuid4().hex * 2)
-    port = free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0"}
-    try:
-        subprocess.run([str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                        "--num-cpus=1", "--include-dashboard=false", f"--temp-dir={ray_dir}"],
-                       check=True, env=env, capture_output=True, text=True, timeout=180)
-        yield f"127.0.0.1:{port}", token
-    finally:
-        stop_ray(ray_dir)
-        shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 def _without_auth(**env: str) -> dict[str, str]:
@@ -48,8 +28,8 @@ def _without_auth(**env: str) -> dict[str, str]:
     ({"RAY_AUTH_MODE": "token"}, "RAY_AUTH_MODE=token but this machine has no Ray token"),
     ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-token"}, "refused this driver's token"),
 ], ids=["no-token-mode", "no-token", "wrong-token"])
-def test_a_token_cluster_the_driver_cannot_join_is_refused_at_once(token_cluster, base_cfg, tmp_path, auth, needle):
-    address, _ = token_cluster
+def test_a_users_ray_the_driver_cannot_join_is_refused_at_once(users_ray, base_cfg, tmp_path, auth, needle):
+    address, _ = users_ray
     # HOME: a home without ~/.ray/auth_token, wherever the tests run.
     env = _without_auth(RAY_ADDRESS=address, HOME=str(tmp_path), **auth)
     result = subprocess.run([sys.executable, "-m", "ray_jobs.train", *data_flags(base_cfg), "--output-dir",
@@ -58,8 +38,8 @@ def test_a_token_cluster_the_driver_cannot_join_is_refused_at_once(token_cluster
     assert result.stdout == "" and not (tmp_path / "out").exists()
 
 
-def test_with_the_token_the_same_check_lets_the_driver_through(token_cluster):
-    address, token = token_cluster
+def test_with_the_token_the_same_check_lets_the_driver_through(users_ray):
+    address, token = users_ray
     env = _without_auth(RAY_ADDRESS=address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
     probe = "from cluster.ray_address import check_address; print(check_address())"
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
@@ -90,7 +70,7 @@ def test_auto_tells_a_ray_start_cluster_from_a_program_s_private_ray(ray_cluster
         shutil.rmtree(ray_dir, ignore_errors=True)
 
 
-def test_a_run_on_a_shared_machine_leaves_ray_s_state_api_error_out(ray_cluster, token_cluster, base_cfg, tmp_path):
+def test_a_run_on_a_shared_machine_leaves_ray_s_state_api_error_out(ray_cluster, users_ray, base_cfg, tmp_path):
     """Two Rays on the machine (the session's, the token one): Ray Train's placement-group cleaner asked Ray's state
     API without an address, and every run's ray.log held "Found multiple active Ray instances"."""
     env = {**os.environ, "RAY_ADDRESS": ray_cluster.address, "PYTHONUNBUFFERED": "1"}

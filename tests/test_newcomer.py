@@ -20,7 +20,7 @@ from tests.helpers import assert_trained
 def _footprint() -> set[str]:
     """What Ray leaves outside a run's output folder: its session folders, its processes' multiprocessing folders
     and Ray Train's run folders."""
-    return {*glob.glob("/tmp/ray/session_*"), *glob.glob("/tmp/ray-ddp-vs-horovod-*"),
+    return {*glob.glob(os.path.join(tempfile.gettempdir(), "ray", "session_*")), *glob.glob("/tmp/ray-ddp-vs-horovod-*"),
             *glob.glob(os.path.join(tempfile.gettempdir(), "pymp-*")),
             *glob.glob(str(Path.home() / "ray_results" / "ray_train_run-*"))}
 

@@ -11,7 +11,7 @@ from contract.config import ConfigError
 from tests.helpers import REPO, assert_one_line_error, run_module
 
 RESULTS = REPO / "docs" / "results"
-CONVNET = RESULTS / "models" / "model-convnet"
+CONVNET = RESULTS / "models-epyc-2026-11-26" / "model-convnet"
 
 
 def test_welch_interval_is_the_difference_of_means_with_its_unpaired_interval():
@@ -54,7 +54,7 @@ def test_the_part_that_moved_between_two_snapshots_is_named_and_the_verdicts_cou
 
 
 def test_a_snapshot_without_the_step_s_parts_is_counted_and_said_so():
-    folders = [str(RESULTS / "models"), str(RESULTS / "models-xeon-2026-11-25")]
+    folders = [str(RESULTS / "models-epyc-2026-11-26"), str(RESULTS / "models-xeon-2026-11-25")]
     text = replication.render(folders)
     assert f"{folders[1]} (2026-11-25) | Intel(R) Xeon(R) Processor | 1.10 (1.01–1.18) | 6 | not recorded" in text
     assert "- **resnet50, 2 workers**: native faster on 2 of 2 snapshots (2 CPUs: AMD EPYC, Intel(R) Xeon(R) " \
@@ -109,9 +109,9 @@ def test_a_snapshot_with_a_number_no_comparison_writes_is_refused_as_damaged_not
 
 
 def test_copies_of_one_snapshot_are_not_more_snapshots(tmp_path):
-    shutil.copytree(RESULTS / "models", tmp_path / "copy")
+    shutil.copytree(RESULTS / "models-epyc-2026-11-26", tmp_path / "copy")
     with pytest.raises(ConfigError, match="hold the same comparison .*: a copy is not a second snapshot"):
-        replication.render([str(RESULTS / "models"), str(tmp_path / "copy")])
+        replication.render([str(RESULTS / "models-epyc-2026-11-26"), str(tmp_path / "copy")])
 
 
 @pytest.mark.parametrize("output, says", [
@@ -120,7 +120,7 @@ def test_copies_of_one_snapshot_are_not_more_snapshots(tmp_path):
     ("README.md/replication.md", "README.md is a file, not a folder"),
 ])
 def test_an_output_that_cannot_be_a_file_is_one_line_and_nothing_is_left(tmp_path, output, says):
-    done = run_module("ray_jobs.replicate", "docs/results/models", "docs/results/models-epyc-2026-11-27", "--output",
-                      output.format(tmp=tmp_path))
+    done = run_module("ray_jobs.replicate", "docs/results/models-epyc-2026-11-26",
+                      "docs/results/models-epyc-2026-11-27", "--output", output.format(tmp=tmp_path))
     assert_one_line_error(done, says)
     assert not list(tmp_path.iterdir()) and not list(REPO.glob(".*.tmp*"))

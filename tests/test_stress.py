@@ -34,12 +34,3 @@ def test_a_pass_that_ran_no_test_is_a_failure_and_a_file_that_holds_no_tests_is_
     assert stress.read(tmp_path / "empty.xml", failures) == (0, 1) and "(no test ran)" in failures
     assert stress.main(["--passes", "1", "--tests", "README.md"]) == 2
     assert "not one: README.md" in capsys.readouterr().err
-
-
-def test_the_horovod_suite_runs_nothing_it_could_not_count(capsys):
-    spec = importlib.util.spec_from_file_location("horovod_suite", REPO / "tools" / "horovod_suite.py")
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
-    for flags in (["--resets", "1", "--np", "0"], ["--timeout-s", "0"], ["--resets", "-1"]):
-        assert suite.main(flags) == 2
-        assert capsys.readouterr().err.startswith("error: --runs, --np and --timeout-s must be positive")

@@ -37,7 +37,7 @@ are done by then, so the step that follows times the host's work and not the net
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--backend", choices=("native", "horovod"), required=True)
-parser.add_argument("--tensors", default="20,161,640", help="the models' parameter counts, comma-separated (none: \"\")")
+parser.add_argument("--tensors", default="20,161,640", help="the models' parameter counts, comma-separated (or \"\")")
 parser.add_argument("--steps", type=int, default=60)
 parser.add_argument("--warmup", type=int, default=10)
 parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

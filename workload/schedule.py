@@ -1,7 +1,7 @@
 """A step's averaging schedule, recorded on rank 0 for the last epoch's measured steps: when backward made each
 gradient ready (a hook on its parameter, after its gradient was accumulated) and its bytes, backward's end and the
 wait after it, and for DDP when each bucket's allreduce was handed to the process group and when it finished. Times
-are seconds from the step's first forward. results.json's `schedule`; experiments/gpu_model/schedule_replay.py replays it.
+are seconds from the step's first forward. results.json's `schedule`; experiments/gpu_model replays it.
 
 On a GPU readiness is a CUDA event recorded on the stream that computed the gradient, read after the step; DDP's
 launches are events recorded at the host's hand-off, and its ends are not recorded (NCCL's work completes on its

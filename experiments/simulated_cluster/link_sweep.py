@@ -1,4 +1,4 @@
-"""One comparison per link rate on a simulated multi-node cluster (experiments/simulated_cluster/netsim.py), then the regime report.
+"""One comparison per link rate on a simulated multi-node cluster (netsim.py), then the regime report.
 
 `compare --simulate-nodes N --link-rates a,b,…` lands here: the cluster is built once, and for each rate the links
 are reshaped and the comparison's driver runs inside node 0 as `python -m ray_jobs.compare` with the user's other

@@ -15,7 +15,7 @@
 - Each node's hostname resolves to its own address (`/etc/netns/<ns>/hosts`, which `ip netns exec` mounts over
   /etc/hosts), as on a real cluster: Horovod 0.28.1 builds its process-set gloo device from the hostname whatever
   HOROVOD_GLOO_IFACE says, and the host's own /etc/hosts maps it to loopback.
-- The cluster's life, its Ray nodes and its teardown: experiments/simulated_cluster/sim_cluster.py.
+- The cluster's life, its Ray nodes and its teardown: sim_cluster.py.
 
 Needs root and the `ip` and `tc` commands; refuses in one line otherwise, before anything is created.
 """

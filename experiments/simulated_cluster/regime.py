@@ -1,4 +1,4 @@
-"""The regime report of a link sweep (experiments/simulated_cluster/link_sweep.py): for each link rate and model width, each backend's
+"""The regime report of a link sweep (link_sweep.py): for each link rate and model width, each backend's
 steady-state throughput, comm share and achieved link rate, native ÷ Horovod, and where the winner changes; and
 network.png. Read from the sweep's JSON alone, so `compare --render <sweep>` redraws it.
 """

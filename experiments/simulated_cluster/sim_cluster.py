@@ -1,4 +1,4 @@
-"""The simulated cluster's life (experiments/simulated_cluster/netsim.py builds its links): Ray on every node, a node lost and back,
+"""The simulated cluster's life (netsim.py builds its links): Ray on every node, a node lost and back,
 and the teardown, which kills every process in the namespaces (never `ray stop`, which stops every Ray on the host)
 and deletes them with their links, after a failure, Ctrl-C or SIGTERM too, or later for a run that was SIGKILLed."""
 
