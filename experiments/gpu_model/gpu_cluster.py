@@ -46,8 +46,8 @@ STEP_RANGE = (0.8, 1.0, 1.2)
 LINK_RANGE = (0.75, 1.0, 1.25)
 """The interval of native ÷ Horovod spans the one-GPU step at ±20 %, the links at ±25 % and the host's measured
 work over its 95 % interval."""
-CHECK = Path(__file__).resolve().parent.parent / "docs" / "results" / "published-gpu" / "check.json"
-HOST_COSTS = Path(__file__).resolve().parent.parent / "docs" / "results" / "host-costs" / "host-costs.json"
+CHECK = Path(__file__).resolve().parents[2] / "docs" / "results" / "published-gpu" / "check.json"
+HOST_COSTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "host-costs" / "host-costs.json"
 GPU_HOST_COSTS = HOST_COSTS.parent.parent / "gpu-nvidia-h200" / "host-costs.json"
 """The same benchmark on a GPU node's host: one rank on an H200 (tools/host_costs.py --device cuda)."""
 

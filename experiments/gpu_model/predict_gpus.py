@@ -36,7 +36,7 @@ from runtime import cli
 
 log = logging.getLogger(__name__)
 FILE = "gpu-prediction.json"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SHAPES = REPO / "docs" / "results" / "schedule-models"
 CLASSES = 1000
 """ImageNet's classes: the measured runs' 10-class heads are scaled to it (the head's weight and bias, the last two
