@@ -354,3 +354,16 @@ def test_the_committed_2x8_h200_predictions_are_made_again_from_their_cluster_fi
     assert {**made, "command": committed["command"]} == committed
     assert predict_gpus.cluster_page(committed) == (folder / "prediction.md").read_text()
     assert committed["cluster"]["batch_per_gpu"] == batch and committed["host_bound"]
+
+
+def test_docs_cluster_md_says_the_host_bound_criterion_and_its_rows_as_the_check_made_them():
+    check = json.loads((PUBLISHED / "check.json").read_text())
+    bound, rows = check["host_bound"], {r["id"]: r for r in check["rows"]}
+    faster = [rows[i] for i in bound["rows"]]
+    published = [r["published"]["ddp_scaling"] for r in faster]
+    model = [r["predicted"]["native"]["scaling_efficiency"] for r in faster]
+    said = " ".join((REPO / "docs" / "cluster.md").read_text().split())
+    assert (f"Past {bound['above_images_per_s']:,.0f} img/s a GPU every published run scaled more than "
+            f"{100 * check['bar']['scaling']:.0f} points below the model (NVIDIA's mixed-precision runs: "
+            f"{min(published):.2f}-{max(published):.2f} where the model says {min(model):.3f}-{max(model):.3f})") in said
+    assert {r["id"].split("-")[-1] for r in faster} == {"amp"}  # the mixed-precision runs, as the page says
