@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import text
-from contract.config import ConfigError
+from contract.config import BACKENDS, ConfigError
 from experiments.gpu_model import gpu_cluster, predict_gpus
 from experiments.gpu_model.gpu_cluster import Cluster, Constants
 from runtime import cli
@@ -165,7 +165,7 @@ def host_bound(checked: list[dict[str, Any]]) -> dict[str, Any]:
     return {"above_images_per_s": fastest["one_gpu_images_per_s"], "set_by": fastest["id"], "rows": faster,
             "h200": {"batch": 32, "plain_step_ms": 1000 * plain, "images_per_s": 32 / plain,
                      "added_ms": {b: 1000 * measured[b]["step_extra_s_resnet50_b32"]["mean"]
-                                  for b in ("native", "horovod")}}}
+                                  for b in BACKENDS}}}
 
 
 def check(folder: Path) -> dict[str, Any]:
