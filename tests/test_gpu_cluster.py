@@ -234,7 +234,8 @@ def test_with_the_split_swapped_the_prose_names_the_day_the_cause_and_the_direct
     doc = published_check.check(folder)
     said = " ".join(published_check.markdown(doc).split())
     assert doc["fits"][0]["on"] == "puhti"
-    assert "Their one-GPU step is shorter than the calibration rows'" in said and "weighs more on a shorter step" in said
+    assert "Their one-GPU step is shorter than the calibration rows'" in said
+    assert "weighs more on a shorter step" in said
     mahti = [r for r in doc["rows"] if r["cluster"] == "mahti"]
     worst = max(mahti, key=lambda r: abs(r["ratio_error"]))
     slowest = all(worst["published"][k] == min(r["published"][k] for r in mahti)
@@ -365,5 +366,6 @@ def test_docs_cluster_md_says_the_host_bound_criterion_and_its_rows_as_the_check
     said = " ".join((REPO / "docs" / "cluster.md").read_text().split())
     assert (f"Past {bound['above_images_per_s']:,.0f} img/s a GPU every published run scaled more than "
             f"{100 * check['bar']['scaling']:.0f} points below the model (NVIDIA's mixed-precision runs: "
-            f"{min(published):.2f}-{max(published):.2f} where the model says {min(model):.3f}-{max(model):.3f})") in said
+            f"{min(published):.2f}-{max(published):.2f} where the model says {min(model):.3f}-{max(model):.3f})"
+            ) in said
     assert {r["id"].split("-")[-1] for r in faster} == {"amp"}  # the mixed-precision runs, as the page says
