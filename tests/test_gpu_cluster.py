@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 from dataclasses import replace
@@ -355,6 +356,13 @@ def test_the_committed_2x8_h200_predictions_are_made_again_from_their_cluster_fi
     assert {**made, "command": committed["command"]} == committed
     assert predict_gpus.cluster_page(committed) == (folder / "prediction.md").read_text()
     assert committed["cluster"]["batch_per_gpu"] == batch and committed["host_bound"]
+    # the one-GPU figure and its range are the H200's blocks at that batch in bf16: their median, lowest and highest
+    line = next(line for line in (REPO / "docs" / "results" / "gpu-nvidia-h200" / "one-gpu.txt").read_text()
+                .splitlines() if line.startswith(f"resnet50 batch {batch} bf16 "))
+    blocks = json.loads(line.rsplit(":", 1)[1].split("per block", 1)[1])
+    assert [committed["cluster"][k] for k in ("one_gpu_images_per_s", "one_gpu_images_per_s_low",
+                                              "one_gpu_images_per_s_high")] == [statistics.median(blocks),
+                                                                                min(blocks), max(blocks)]
 
 
 def test_docs_cluster_md_says_the_host_bound_criterion_and_its_rows_as_the_check_made_them():

@@ -7,8 +7,9 @@ and 100, 200 or 400 Gbit/s between nodes. Trains nothing.
 
 With --cluster, your own cluster instead (docs/cluster.md, "Your cluster, predicted"): FILE is JSON with the keys
 model, image_size, batch_per_gpu, precision (fp32, tf32, amp, bf16), one_gpu_images_per_s, gpus_per_node, nodes,
-intra_node_busbw_gbyte_s and inter_node_gbit_s; experiments/gpu_model/gpu_cluster.py predicts it, with the constants fitted on
-published GPU runs (docs/results/published-gpu/check.md), and writes prediction.json and prediction.md.
+intra_node_busbw_gbyte_s and inter_node_gbit_s, and optionally one_gpu_images_per_s_low and _high (how far the one-GPU
+figure may be off); experiments/gpu_model/gpu_cluster.py predicts it, with the constants fitted on published GPU runs
+(docs/results/published-gpu/check.md), and writes prediction.json and prediction.md.
 
 Every input that was assumed rather than measured is named in the output (ASSUMED):
 - the backward's shape, each gradient's readiness as a share of backward, and the step's split into forward,
