@@ -42,17 +42,20 @@ stress: $(STAMP)
 
 # Every picture and report under docs/results, made again from its committed JSON, the snapshots side by side, the
 # schedule replay checked against the committed runs, the GPU model against published GPU runs, and its GPU clusters'
-# prediction.
+# prediction, with 2 x 8 H200s at batch 32 and 256 from what one H200 measured.
 SNAPSHOTS := $(foreach s,models vit_b_16,\
 	docs/results/$(s)-epyc-2026-11-26 docs/results/$(s)-epyc-2026-11-27 docs/results/$(s)-xeon-2026-11-25)
 SCHEDULES := docs/results/schedule-models docs/results/schedule-fused docs/results/schedule-options \
 	docs/results/schedule-sim-2-nodes \
 	docs/results/schedule-sim-3-nodes
+H200_CLUSTERS := docs/results/gpu-prediction/h200-2x8-b32 docs/results/gpu-prediction/h200-2x8-b256
 docs: $(STAMP)
 	$(BIN)/python -m experiments.gpu_model.schedule_check $(SCHEDULES) --output docs/results/schedule-check.md
 	$(BIN)/python -m experiments.gpu_model.published_check docs/results/published-gpu
 	$(BIN)/python -m experiments.gpu_model.predict_gpus docs/results/schedule-models --validation \
 		docs/results/schedule-check.md --output docs/results/gpu-prediction
+	for c in $(H200_CLUSTERS); do $(BIN)/python -m experiments.gpu_model.predict_gpus --cluster $$c/cluster.json \
+		--output $$c || exit 1; done
 	$(BIN)/python -m ray_jobs.compare --render docs/results
 	$(BIN)/python -m ray_jobs.replicate $(SNAPSHOTS) --output docs/results/replication.md
 

@@ -160,3 +160,24 @@ def require(workers: int, use_gpu: bool) -> None:
             f"--workers {workers} needs {workers} {kind}s but the Ray cluster has {have}; "
             f"lower --workers or add nodes{' (or drop --use-gpu)' if use_gpu else ''}"
         )
+
+
+def executor_hosts(workers: int, use_gpu: bool, placement: str) -> dict[str, int]:
+    """Horovod's RayExecutor's own placement for a Ray strategy (horovod/ray/strategy.py): PACK is its placement group
+    of one bundle a worker (PGStrategy: PACK); STRICT_PACK one host holding every worker (ColocatedStrategy: one
+    bundle, one node); SPREAD an equal share on each node with the workers' resource (ColocatedStrategy: a bundle a
+    node, STRICT_SPREAD), refused in one line where the workers do not divide over those nodes."""
+    if placement == "PACK":
+        return {"num_workers": workers}
+    nodes = 1
+    if placement == "SPREAD":
+        import ray
+
+        kind = "GPU" if use_gpu else "CPU"
+        nodes = min(workers, sum(1 for node in ray.nodes() if node["Alive"] and node["Resources"].get(kind, 0) >= 1))
+        if workers % nodes:
+            raise ConfigError(f"--placement-strategy SPREAD gives each node as many of Horovod's workers "
+                              f"(RayExecutor's num_hosts and num_workers_per_host), and --workers {workers} does not "
+                              f"divide over the {nodes} nodes with {kind}s here; give a multiple of {nodes}, or "
+                              "--placement-strategy PACK")
+    return {"num_hosts": nodes, "num_workers_per_host": workers // nodes}

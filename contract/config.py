@@ -24,6 +24,7 @@ DATASETS = ("auto", "mnist", "synthetic")
 COMPRESSIONS = ("none", "fp16", "bf16")
 AMP = ("none", "bf16", "fp16")
 AFFINITIES = ("share", "none")
+PLACEMENTS = ("PACK", "SPREAD", "STRICT_PACK")
 FLOAT32_MAX = 3.4028234663852886e38
 MAX_MODEL_WIDTH = 64
 MAX_SEED = 2**32 - 1
@@ -156,6 +157,12 @@ class TrainConfig:
     of a rank stays on its own share (one core each where there are as many cores as ranks); `none`: where the
     launcher and the scheduler put them."""
 
+    placement_strategy: str = "PACK"
+    """Where Ray places the workers of both Ray arms, one of Ray's placement strategies: PACK fills a node before the
+    next, SPREAD spreads them evenly over the nodes, STRICT_PACK puts them all on one node. Ray Train takes it as
+    ScalingConfig's placement_strategy; Horovod's RayExecutor as its own placement (docs/real-cluster.md). Recorded in
+    results.json; torchrun, horovodrun and mp.spawn place ranks by their own flags and do not take it."""
+
     stall_timeout_s: float = 300.0
     """A rank that makes no progress (no step, no evaluation) for this long ends the run; 0: wait forever."""
 
@@ -202,6 +209,9 @@ class TrainConfig:
             raise ConfigError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}")
         if self.cpu_affinity not in AFFINITIES:
             raise ConfigError(f"--cpu-affinity must be one of {', '.join(AFFINITIES)}, got {self.cpu_affinity!r}")
+        if self.placement_strategy not in PLACEMENTS:
+            raise ConfigError(f"--placement-strategy must be one of {', '.join(PLACEMENTS)} (Ray's placement "
+                              f"strategies), got {self.placement_strategy!r}")
         if self.amp not in AMP:
             raise ConfigError(f"--amp must be one of {', '.join(AMP)}, got {self.amp!r}")
         if self.amp == "fp16" and not self.use_gpu:
@@ -291,7 +301,7 @@ def _flag(name: str) -> str:
 # What a resumed run may change: where things go, how often it logs, its stall bound, and --epochs (upwards).
 # Everything else decides the numbers, so a checkpoint resumes only under the settings that wrote it.
 RESUMABLE_CHANGES = ("epochs", "data_dir", "output_dir", "checkpoint_dir", "stall_timeout_s", "log_every", "trace",
-                     "cpu_affinity")
+                     "cpu_affinity", "placement_strategy")
 
 
 def resume_conflicts(saved: dict[str, Any], cfg: TrainConfig) -> list[str]:

@@ -12,6 +12,8 @@ from contract.config import AVERAGING_ONLY, BACKENDS, ConfigError, TrainConfig
 
 DDP_ONLY = ("gradient_as_bucket_view", "static_graph")
 HOROVOD_ONLY = ("cycle_time_ms", "autotune", "fused_buffers")
+RAY_ONLY = ("placement_strategy",)
+"""Options of Ray's launchers alone: torchrun's, horovodrun's and mp.spawn's entry points do not offer them."""
 MATHS = ("compression", "grad_accumulation", "amp")
 """Options that change the numbers: the single-process references take them too, and only them."""
 SHOWN = ("compression", "grad_accumulation", "amp", "bucket_mb", *DDP_ONLY, *HOROVOD_ONLY, "trace")

@@ -19,7 +19,7 @@ from workload import data
 def parser() -> cli.Parser:
     out = cli.Parser(description=__doc__, prog="horovodrun -np N python -m horovod_ddp.train",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    flags.add(out, exclude=("workers", *options.DDP_ONLY),
+    flags.add(out, exclude=("workers", *options.DDP_ONLY, *options.RAY_ONLY),
               defaults={"output_dir": run_folder.DEFAULT})
     return out
 

@@ -134,8 +134,8 @@ def command(arm: Arm, cfg: TrainConfig, *, restarts: int = 0, ray_options: RayRu
                  *(["--max-failures", str(ray_opts.max_failures)] if ray_opts.max_failures else [])]
         return [sys.executable, "-m", "ray_jobs.train", "--backend", arm.backend, *flags.to_args(cfg), *extra]
     # Each entry point offers only the options its framework has (compare hands each backend only those).
-    given = flags.to_args(cfg, exclude=("workers", *(options.HOROVOD_ONLY if arm.backend == "native" else
-                                                     options.DDP_ONLY)))
+    given = flags.to_args(cfg, exclude=("workers", *options.RAY_ONLY, *(options.HOROVOD_ONLY if arm.backend == "native"
+                                                                         else options.DDP_ONLY)))
     if arm.launcher == "mp.spawn":
         return [sys.executable, "-m", "native_ddp.spawn", "--workers", str(cfg.workers), *given]
     if arm.launcher == "torchrun":

@@ -10,7 +10,7 @@ from typing import Any
 
 from cluster import worker_output
 from cluster.ray_address import check_address
-from cluster.ray_cluster import check_local_capacity, connect, require
+from cluster.ray_cluster import check_local_capacity, connect, executor_hosts, require
 from contract.config import ConfigError, TrainConfig
 from contract.errors import PeerLost
 from contract.options import check as check_options
@@ -70,6 +70,8 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
         checkpoint.check_resume(state, cfg, where, backend, "ray")  # again, now that `auto` has become a dataset
     connect(Path(cfg.output_dir) / worker_output.LOG, address)
     require(cfg.workers, cfg.use_gpu)
+    if backend == "horovod":
+        executor_hosts(cfg.workers, cfg.use_gpu, cfg.placement_strategy)  # SPREAD's refusal before any worker starts
     if retry_only:
         shutil.rmtree(cfg.checkpoint_dir, ignore_errors=True)
     doc = launch(backend, cfg, options)

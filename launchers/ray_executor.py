@@ -15,6 +15,7 @@ from contract.config import TrainConfig
 from contract.errors import RunFailed
 from horovod_ddp.adapter import import_horovod
 from horovod_ddp.worker import ray_worker
+from cluster.ray_cluster import executor_hosts
 from launchers.ray_failures import RayRunOptions, user_error
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,8 @@ def run(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
     attempt = 0
     while True:
         settings = RayExecutor.create_settings(timeout_s=START_TIMEOUT_S)
-        executor = RayExecutor(settings, num_workers=cfg.workers, cpus_per_worker=1, use_gpu=cfg.use_gpu)
+        executor = RayExecutor(settings, cpus_per_worker=1, use_gpu=cfg.use_gpu,
+                               **executor_hosts(cfg.workers, cfg.use_gpu, cfg.placement_strategy))
         try:
             start_bounded(executor, cfg.workers, max(START_TIMEOUT_S, cfg.stall_timeout_s) if cfg.stall_timeout_s
                           else None)

@@ -34,7 +34,8 @@ def run(cfg: TrainConfig, options: RayRunOptions) -> dict[str, Any]:
         train_loop_config={"config": cfg.to_dict(), "ray_checkpoints": bool(options.name or options.max_failures),
                            "starts_file": str(starts_file)},
         # DDP: Ray picks gloo on CPU and NCCL on GPU, and gives each worker its device.
-        scaling_config=ScalingConfig(num_workers=cfg.workers, use_gpu=cfg.use_gpu),
+        scaling_config=ScalingConfig(num_workers=cfg.workers, use_gpu=cfg.use_gpu,
+                                     placement_strategy=cfg.placement_strategy),
         # Ray forms the group before train_func (and its watchdog) starts, with a 30-minute default timeout: the
         # stall bound covers joining here as under torchrun and horovodrun.
         torch_config=TorchConfig(timeout_s=max(1, round(cfg.stall_timeout_s))),

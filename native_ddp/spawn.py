@@ -34,7 +34,7 @@ kills them (a stopped rank, which SIGTERM cannot end, would otherwise hold the c
 def parser() -> cli.Parser:
     out = cli.Parser(description=__doc__, prog="python -m native_ddp.spawn",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    flags.add(out, exclude=options.HOROVOD_ONLY, defaults={"output_dir": run_folder.DEFAULT})
+    flags.add(out, exclude=(*options.HOROVOD_ONLY, *options.RAY_ONLY), defaults={"output_dir": run_folder.DEFAULT})
     return out
 
 

@@ -20,7 +20,7 @@ from workload import data
 def parser() -> cli.Parser:
     out = cli.Parser(description=__doc__, prog="torchrun --nproc-per-node N -m native_ddp.train",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    flags.add(out, exclude=("workers", *options.HOROVOD_ONLY),
+    flags.add(out, exclude=("workers", *options.HOROVOD_ONLY, *options.RAY_ONLY),
               defaults={"output_dir": run_folder.DEFAULT})
     return out
 

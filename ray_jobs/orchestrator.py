@@ -20,7 +20,7 @@ from analysis import parity, speed, stats, text
 from analysis.runs import COMPARISON
 from cluster import worker_output
 from cluster.ray_address import check_address
-from cluster.ray_cluster import check_local_capacity, connect, require
+from cluster.ray_cluster import check_local_capacity, connect, executor_hosts, require
 from contract import models, options, results
 from contract.comparison import CompareConfig
 from contract.config import BACKENDS, TrainConfig
@@ -149,6 +149,9 @@ def _planned(base: TrainConfig, cmp: CompareConfig, run_dir: Path, ray: tuple[bo
     if on_ray:
         connect(run_dir / worker_output.LOG, address)  # one Ray for every run; its log opens with the first run
         require(max(workers), base.use_gpu)
+        if "horovod" in backends and "ray" in cmp.launcher_names:  # SPREAD's refusal before the first run
+            for count in workers:
+                executor_hosts(count, base.use_gpu, base.placement_strategy)
     planned = Plan(base, cmp, run_dir, [], [], network, finished_references(reuse_references) if reuse_references
                    else {}, reuse_references, per_backend)
     planned.runs, planned.not_applicable = runs(workers, planned.arms, cmp.repeats,

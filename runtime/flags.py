@@ -8,9 +8,10 @@ from collections.abc import Iterable
 from dataclasses import MISSING, fields
 from typing import Any
 
-from contract.config import AFFINITIES, AMP, COMPRESSIONS, DATASETS, TrainConfig
+from contract.config import AFFINITIES, AMP, COMPRESSIONS, DATASETS, PLACEMENTS, TrainConfig
 
-CHOICES = {"dataset": DATASETS, "compression": COMPRESSIONS, "amp": AMP, "cpu_affinity": AFFINITIES}
+CHOICES = {"dataset": DATASETS, "compression": COMPRESSIONS, "amp": AMP, "cpu_affinity": AFFINITIES,
+           "placement_strategy": PLACEMENTS}
 """Fields that take one of a few names: --help shows them as {a,b,c}; the config refuses others in one line."""
 
 

@@ -67,15 +67,30 @@ def synthetic_file_bytes(cfg: TrainConfig) -> int:
     return (cfg.synthetic_train_size + cfg.synthetic_test_size) * copies * (_pixels(cfg) + 8)
 
 
-def synthetic_memory(cfg: TrainConfig) -> None:
-    """Synthetic samples too many for this machine's memory: each process holds them as float32 pixels and an int64
-    label."""
+EVAL_BATCH = 1000
+"""The test samples a rank scores at once (workload/trainer.py's evaluate)."""
+
+
+def synthetic_memory(cfg: TrainConfig, available: int | None = None) -> None:
+    """Synthetic samples too many for this machine's memory (`available`, default MemAvailable). Digits: each process
+    holds them as float32 pixels and an int64 label. Images: the set as it is on disk, memory-mapped once and shared by
+    the machine's ranks, and each rank a batch or an evaluation chunk at a time as uint8, float32 and the int32 index
+    its conversion reads (workload/data.py's inputs); every rank counted here, as Ray's PACK may place them all."""
     samples = cfg.synthetic_train_size + cfg.synthetic_test_size
-    needed = samples * (4 * _pixels(cfg) + 8)
-    if (available := _available_memory()) and needed > available:
-        raise ConfigError(f"{samples:,} synthetic {_samples(cfg)} need about {space.size(needed)} of memory in each "
-                          f"process that loads them, and this machine has {space.size(available)} available; lower "
-                          "--synthetic-train-size or --synthetic-test-size")
+    available = _available_memory() if available is None else available
+    if models.spec(cfg.model).inputs == models.DIGITS:
+        needed = samples * (4 * _pixels(cfg) + 8)
+        said = f"{samples:,} synthetic digits need about {space.size(needed)} of memory in each process that loads them"
+    else:
+        rank = max(cfg.batch_size, EVAL_BATCH) * (9 * _pixels(cfg) + 8)
+        needed = synthetic_file_bytes(cfg) + cfg.workers * rank
+        said = (f"{samples:,} synthetic images and {cfg.workers} rank(s) need about {space.size(needed)} of memory "
+                f"on a machine that holds them all ({space.size(synthetic_file_bytes(cfg))} of images, memory-mapped "
+                f"and shared, and {space.size(rank)} a rank for a batch or an evaluation chunk of {EVAL_BATCH})")
+    if available and needed > available:
+        fewer = "" if models.spec(cfg.model).inputs == models.DIGITS else ", or start fewer ranks on this machine"
+        raise ConfigError(f"{said}, and this machine has {space.size(available)} available; lower "
+                          f"--synthetic-train-size or --synthetic-test-size{fewer}")
 
 
 def _available_memory() -> int:

@@ -183,6 +183,9 @@ TABLE = [
     case("ray_jobs.train", ["--backend", "horovod", "--static-graph"], "--static-graph is a DDP option"),
     case("ray_jobs.train", ["--amp", "fp16"], "--amp fp16 needs a GPU (--use-gpu) and a GradScaler; on CPU use"),
     case("ray_jobs.train", ["--compression", "int8"], "--compression must be one of none, fp16, bf16"),
+    case("ray_jobs.train", ["--placement-strategy", "EVERYWHERE"], "--placement-strategy must be one of PACK, SPREAD, "
+         "STRICT_PACK"),
+    case("native_ddp.train", ["--placement-strategy", "SPREAD"], "unrecognized arguments: --placement-strategy"),
     # The ceiling averages nothing: an option that shapes the averaging has nothing to act on.
     case("native_ddp.train", ["--no-averaging", "--compression", "fp16"],
          "--no-averaging averages nothing, so --compression has nothing to act on"),

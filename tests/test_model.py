@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 import re
 
 import numpy as np
@@ -173,3 +174,73 @@ def test_an_epoch_shorter_than_the_default_warm_up_times_its_second_half_and_say
     doc = reference.train(cfg)
     assert doc["epochs"][-1]["steps"] == 4 and doc["epochs"][-1]["warmup_steps"] == 2
     assert "an epoch is 4 steps: its first 2 warm up" in caplog.text
+
+
+def test_synthetic_images_stay_their_bytes_and_a_batch_converts_bit_for_bit_as_the_whole_set_did(tmp_path):
+    """The images are held as on disk (uint8, memory-mapped) and normalised a batch at a time: every value is what the
+    whole-set conversion gave before, so every run trains exactly as it did."""
+    from workload.trainer import shard_loader
+
+    cfg = data.resolve(TrainConfig(model="tests.tiny_models:tiny", image_size=16, data_dir=str(tmp_path),
+                                   synthetic_train_size=256, synthetic_test_size=32, workers=2))
+    splits = data.load(cfg)
+    pixels = splits.train.tensors[0]
+    assert pixels.dtype == torch.uint8 and isinstance(images.read(data.images_root(cfg), "train")[0],
+                                                      np.memmap)
+    on_disk = np.load(data.images_root(cfg) / images.FILES["train"][0])
+    whole = (torch.from_numpy(on_disk.copy()).float() / 255 - images.MEAN) / images.STD
+    loader = shard_loader(splits, cfg, 1, cfg.workers)
+    loader.sampler.set_epoch(1)
+    batch, _ = next(iter(loader))
+    taken = list(loader.sampler)[:cfg.batch_size]
+    assert torch.equal(data.inputs(batch).view(torch.int32), whole[taken].view(torch.int32))
+    every = torch.arange(256, dtype=torch.uint8)
+    assert torch.equal(data.inputs(every).view(torch.int32),
+                       ((every.float() / 255 - images.MEAN) / images.STD).view(torch.int32))
+    digits = torch.randn(4, 1, 28, 28)
+    assert data.inputs(digits) is digits  # digits arrive normalised
+
+
+@pytest.mark.parametrize("model", ["resnet50", "vit_b_16"])
+def test_the_recipe_s_8_workers_a_node_pass_the_memory_preflight_on_a_64_gb_machine(model):
+    """docs/real-cluster.md's comparison at 224 px, 12,800 + 2,560 images: the set once, memory-mapped, and each
+    rank's batch or evaluation chunk; it used to need the whole set as float32 in every rank (about 9 GB each)."""
+    from runtime import preflight
+
+    recipe = TrainConfig(model=model, image_size=224, workers=8, use_gpu=True, amp="bf16", synthetic_train_size=12800,
+                         synthetic_test_size=2560)
+    machine = 64 * 10**9 * 9 // 10  # what a 64 GB machine has available beside its system
+    preflight.synthetic_memory(recipe, available=machine)
+    preflight.synthetic_memory(replace(recipe, workers=16), available=machine)  # even all 16 ranks on it
+    pixels = 3 * 224 ** 2
+    rank = preflight.EVAL_BATCH * (9 * pixels + 8)
+    assert (12800 + 2560) * (pixels + 8) + 8 * rank < 14 * 10**9  # 2.2 GiB of images, 1.3 GiB a rank
+    with pytest.raises(ConfigError, match=r"15,360 synthetic images and 8 rank\(s\) need about 12\.2 GB of memory "
+                                          r"on a machine that holds them all \(2\.2 GB of images, memory-mapped and "
+                                          r"shared, and 1\.3 GB a rank"):
+        preflight.synthetic_memory(recipe, available=8 * 10**9)
+    from runtime import space
+    from tests.helpers import REPO
+
+    figures = [space.size(preflight.synthetic_file_bytes(recipe) + w * rank) for w in (8, 16)]
+    said = " ".join((REPO / "docs" / "real-cluster.md").read_text().split())
+    assert (f"counts the set once ({space.size(preflight.synthetic_file_bytes(recipe))} with the 2,560 test images) "
+            f"and {space.size(rank)} a rank") in said
+    assert f"{figures[0]} for 8 ranks on one machine, {figures[1]}" in said
+
+
+@pytest.mark.cluster
+def test_a_rank_s_peak_memory_is_its_batch_and_its_shard_s_pages_not_the_set_as_float32(tmp_path):
+    """Two ranks under torchrun on images whose float32 copy (1.2 GB) would dwarf the rest: each rank's recorded peak
+    RSS stays below it, since the set stays as its bytes, memory-mapped, and is converted a batch at a time."""
+    from tests.helpers import BIN, read_results, run_command
+
+    train, size = 4000, 160
+    result = run_command([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m", "native_ddp.train",
+                          "--model", "tests.tiny_models:tiny", "--image-size", str(size), "--synthetic-train-size",
+                          str(train), "--synthetic-test-size", "200", "--max-steps-per-epoch", "20",
+                          "--data-dir", str(tmp_path / "data"), "--output-dir", str(tmp_path / "out")], timeout=600)
+    assert result.returncode == 0, result.stderr
+    as_float32 = train * 3 * size ** 2 * 4
+    peaks = read_results(tmp_path / "out")["peak_rss_bytes"]
+    assert len(peaks) == 2 and max(peaks) < as_float32, (peaks, as_float32)

@@ -65,3 +65,11 @@ def test_unreachable_ray_address_fails_without_ray_s_minutes_of_retries(cfg, tmp
     result = run_module("ray_jobs.train", *data_flags(cfg), "--output-dir", str(tmp_path / "out"),
                         env={"RAY_ADDRESS": f"127.0.0.1:{free_port()}"}, timeout=60)
     assert_one_line_error(result, "cannot reach the Ray cluster", "ray start --head")
+
+
+@pytest.mark.parametrize("backend", ["native", "horovod"])
+def test_both_ray_arms_take_the_placement_strategy_and_record_it(ray_cluster, cfg, backend):
+    """Ray Train's ScalingConfig and Horovod's RayExecutor (one host of both workers) place them alike on one node."""
+    doc = run(backend, replace(cfg, workers=2, placement_strategy="STRICT_PACK"))
+    assert doc["config"]["placement_strategy"] == "STRICT_PACK"
+    assert len({rank["node_id"] for rank in doc["placement"]}) == 1

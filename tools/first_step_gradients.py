@@ -53,6 +53,7 @@ def per_worker(cfg: TrainConfig) -> list[list[torch.Tensor]]:
         loader = shard_loader(splits, cfg, rank, cfg.workers)
         loader.sampler.set_epoch(1)
         images, labels = next(iter(loader))
+        images = data.inputs(images)  # synthetic images come as their bytes
         model.zero_grad()
         F.cross_entropy(model(images), labels).backward()
         out.append([p.grad.detach().clone() for p in model.parameters()])

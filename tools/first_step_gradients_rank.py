@@ -38,6 +38,7 @@ model = build_model(cfg, torch.device("cpu"))
 loader = shard_loader(data.load(cfg), cfg, rank, size)
 loader.sampler.set_epoch(1)  # the trainer's first epoch
 images, labels = next(iter(loader))
+images = data.inputs(images)  # synthetic images come as their bytes
 model.train()
 if args.backend == "native":
     net = torch.nn.parallel.DistributedDataParallel(model)  # DDP: the arm's defaults

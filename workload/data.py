@@ -4,6 +4,7 @@ present or downloadable, synthetic IDX otherwise); for the image models, synthet
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import math
@@ -24,6 +25,8 @@ from runtime import preflight
 from runtime.preflight import DataPlan
 
 if TYPE_CHECKING:  # torch is imported when data is loaded: resolve() and the CLIs that call it stay light
+    import torch
+    from torch import Tensor
     from torch.utils.data import TensorDataset
 
 log = logging.getLogger(__name__)
@@ -39,7 +42,9 @@ IMAGES_MAGIC, LABELS_MAGIC = 0x0803, 0x0801
 
 @dataclass(frozen=True, slots=True)
 class Splits:
-    """The two splits as normalised in-memory tensors, so that loading never dominates a step."""
+    """The two splits in memory, so that loading never dominates a step: digits normalised, synthetic images as their
+    bytes on disk (uint8, memory-mapped and shared by the ranks of a machine), normalised a batch at a time by
+    inputs()."""
 
     train: TensorDataset
     test: TensorDataset
@@ -235,10 +240,29 @@ def _image_splits(root: Path) -> Splits:
 
     def split(name: str) -> TensorDataset:
         pixels, labels = images.read(root, name)
-        x = (torch.from_numpy(pixels.copy()).float() / 255 - images.MEAN) / images.STD
-        return TensorDataset(x, torch.from_numpy(labels.copy()))
+        return TensorDataset(torch.from_numpy(pixels), torch.from_numpy(labels.copy()))
 
     return Splits(train=split("train"), test=split("test"))
+
+
+def inputs(batch: Tensor) -> Tensor:
+    """A batch as the model takes it: synthetic images arrive as their uint8 bytes and are normalised here, on the
+    batch's own device, through a table of the 256 values computed on the CPU as the whole set once was (so every
+    value is bit for bit what it was, where a GPU's division would round differently); digits arrive normalised."""
+    import torch
+
+    if batch.dtype != torch.uint8:
+        return batch
+    return _table(batch.device)[batch.int()]
+
+
+@functools.cache
+def _table(device: torch.device) -> Tensor:
+    import torch
+
+    from workload import images
+
+    return ((torch.arange(256, dtype=torch.uint8).float() / 255 - images.MEAN) / images.STD).to(device)
 
 
 def _tensors(dataset) -> TensorDataset:

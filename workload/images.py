@@ -62,6 +62,7 @@ def write(folder: Path, train: int, test: int, size: int, classes: int, seed: in
 
 
 def read(folder: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """One split's arrays, memory-mapped (the caller copies them into tensors once)."""
-    images, labels = (np.load(folder / name, mmap_mode="r") for name in FILES[split])
+    """One split's arrays, memory-mapped copy-on-write: torch takes them as they are, nothing writes them, so the
+    ranks of a machine share the file's pages."""
+    images, labels = (np.load(folder / name, mmap_mode="c") for name in FILES[split])
     return images, labels

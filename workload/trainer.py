@@ -19,6 +19,7 @@ from contract.config import TrainConfig, warmup_for
 from contract.errors import Diverged
 from contract.phases import THREAD_GROUPS
 from contract.results import History
+from runtime import preflight
 from workload import compression, data, host_load, placement, threads
 from workload.data import Splits
 from workload.distributed import DistContext
@@ -252,6 +253,7 @@ class Trainer:
         for w, group in enumerate(groups):
             self._own_buffers(w, len(groups))
             for i, (images, labels) in enumerate(group):
+                images = data.inputs(images)  # synthetic images arrive as their bytes: normalised on their device
                 # All but the last micro-batch only accumulate: one average per step, as with one big batch.
                 with self.sync.no_sync() if i < len(group) - 1 else contextlib.nullcontext():
                     began = self._now()
@@ -337,9 +339,9 @@ class Trainer:
         images, labels = self.splits.test.tensors
         images, labels = images[self.ctx.rank :: self.ctx.world_size], labels[self.ctx.rank :: self.ctx.world_size]
         totals = torch.zeros(3, dtype=torch.float64)
-        for start in range(0, len(labels), 1000):
-            x = images[start : start + 1000].to(self.ctx.device)
-            y = labels[start : start + 1000].to(self.ctx.device)
+        for start in range(0, len(labels), preflight.EVAL_BATCH):
+            x = data.inputs(images[start : start + preflight.EVAL_BATCH].to(self.ctx.device))
+            y = labels[start : start + preflight.EVAL_BATCH].to(self.ctx.device)
             logits = self.module(x)
             totals += torch.tensor([
                 float(F.cross_entropy(logits, y, reduction="sum")),

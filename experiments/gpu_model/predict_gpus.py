@@ -7,8 +7,9 @@ and 100, 200 or 400 Gbit/s between nodes. Trains nothing.
 
 With --cluster, your own cluster instead (docs/cluster.md, "Your cluster, predicted"): FILE is JSON with the keys
 model, image_size, batch_per_gpu, precision (fp32, tf32, amp, bf16), one_gpu_images_per_s, gpus_per_node, nodes,
-intra_node_busbw_gbyte_s and inter_node_gbit_s; experiments/gpu_model/gpu_cluster.py predicts it, with the constants fitted on
-published GPU runs (docs/results/published-gpu/check.md), and writes prediction.json and prediction.md.
+intra_node_busbw_gbyte_s and inter_node_gbit_s, and optionally one_gpu_images_per_s_low and _high (how far the one-GPU
+figure may be off); experiments/gpu_model/gpu_cluster.py predicts it, with the constants fitted on published GPU runs
+(docs/results/published-gpu/check.md), and writes prediction.json and prediction.md.
 
 Every input that was assumed rather than measured is named in the output (ASSUMED):
 - the backward's shape, each gradient's readiness as a share of backward, and the step's split into forward,
@@ -16,7 +17,10 @@ Every input that was assumed rather than measured is named in the output (ASSUME
   records one (make gpu-check);
 - the step's length on one GPU: published (STEPS), scaled to the model's batch;
 - the links: published NCCL bus bandwidths and latencies (LINKS), each a flag.
-The range of native ÷ Horovod spans the links at ±25 % and the GPU step at ±20 %, and Horovod's cycle at each phase.
+The ranges of native ÷ Horovod and of each backend's scaling span every fit of published_check (each cluster left out,
+the links at their bounds) and the host's step end over its interval; the one-GPU figure varies only as far as the
+cluster file's own range says. Past the host-bound criterion no scaling is given, and a cluster larger than any
+published row or measurement is flagged.
 """
 
 import argparse
@@ -36,7 +40,7 @@ from runtime import cli
 
 log = logging.getLogger(__name__)
 FILE = "gpu-prediction.json"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SHAPES = REPO / "docs" / "results" / "schedule-models"
 CLASSES = 1000
 """ImageNet's classes: the measured runs' 10-class heads are scaled to it (the head's weight and bias, the last two
@@ -112,27 +116,30 @@ def _shown(path: Path) -> str:
 
 
 def predict(measured: dict[str, Any], gpus: int, rate_gbit: float) -> dict[str, Any]:
-    """Each backend's step and samples/s per GPU at `gpus`, the ratio and its range, and what makes it: the cluster
-    of experiments/gpu_model/gpu_cluster.py at the published one-GPU step, 8 GPUs a node over NVLink."""
+    """Each backend's step and samples/s per GPU at `gpus`, the ratio and each scaling with its range, and what makes
+    it: the cluster of experiments/gpu_model/gpu_cluster.py at the published one-GPU step, 8 GPUs a node over NVLink."""
     published = STEPS[measured["model"]]
     cluster = gpu_cluster.Cluster(
         model=measured["model"], image_size=224, batch_per_gpu=published["batch"], precision="amp",
         one_gpu_images_per_s=published["images_per_s"], gpus_per_node=min(gpus, GPUS_PER_NODE),
         nodes=max(1, gpus // GPUS_PER_NODE), intra_node_busbw_gbyte_s=LINKS["nvlink_bytes_per_s"] / 1e9,
         inter_node_gbit_s=rate_gbit)
-    made = gpu_cluster.predict(cluster, measured, gpu_cluster.constants(), gpu_cluster.host())
+    checked = gpu_cluster.checked()
+    made = gpu_cluster.limits(cluster, gpu_cluster.predict(cluster, measured, checked.fits, gpu_cluster.host()),
+                              checked)
     native, horovod, ratio = made["native"], made["horovod"], made["native_over_horovod"]
     return {"model": measured["model"], "gpus": gpus, "rate_gbit": rate_gbit if gpus > GPUS_PER_NODE else None,
             "native_step_ms": native["step_ms"], "horovod_step_ms": horovod["step_ms"],
-            "native_per_gpu": native["images_per_s_per_gpu"], "horovod_per_gpu": horovod["images_per_s_per_gpu"],
-            "native_per_gpu_range": native["images_per_s_per_gpu_range"],
-            "horovod_per_gpu_range": horovod["images_per_s_per_gpu_range"],
+            **{f"{name}_{key}": made[name].get(field) for name in BACKENDS for key, field in (
+                ("per_gpu", "images_per_s_per_gpu"), ("per_gpu_range", "images_per_s_per_gpu_range"),
+                ("scaling", "scaling_efficiency"), ("scaling_range", "scaling_range"))},
             "ratio": ratio["value"], "range": [ratio["low"], ratio["high"]],
             "native_wait_ms": native["wait_ms"], "horovod_wait_ms": horovod["wait_ms"],
             "native_overlap_ms": native["overlap_ms"], "horovod_overlap_ms": horovod["overlap_ms"],
             "horovod_host_block_ms": horovod["host_block_ms"], "deciding": made["deciding"],
             "buckets": native["allreduces"], "fused_buffers": horovod["allreduces"],
-            "horovod_cycles": horovod["cycles"]}
+            "horovod_cycles": horovod["cycles"], "host_bound": made["host_bound"],
+            "beyond_checked": made["beyond_checked"]}
 
 
 def render(folder: Path) -> str | None:
@@ -146,14 +153,21 @@ def render(folder: Path) -> str | None:
     return written
 
 
+def _scaling(value: float | None, span: list[float] | None) -> str:
+    return "none: host-bound" if value is None else f"{value:.3f} ({span[0]:.3f}–{span[1]:.3f})"
+
+
 def markdown(doc: dict[str, Any]) -> str:
     steps, links = doc["assumed"]["steps"], doc["assumed"]["links"]
-    head = ["model", "GPUs", "between nodes", "DDP img/s per GPU", "Horovod img/s per GPU", "native ÷ Horovod (range)",
-            "DDP's wait, ms (buckets)", "Horovod's wait, ms (fused buffers, cycles)",
-            "averaging beside backward, ms added (DDP / Horovod)", "Horovod's step end, ms"]
+    head = ["model", "GPUs", "between nodes", "within what was checked", "DDP's scaling (range)",
+            "Horovod's scaling (range)", "native ÷ Horovod (range)", "DDP's wait, ms (buckets)",
+            "Horovod's wait, ms (fused buffers, cycles)", "averaging beside backward, ms added (DDP / Horovod)",
+            "Horovod's step end, ms"]
     rows = [[r["model"], r["gpus"],
              f"{r['rate_gbit']:g} Gbit/s" if r["rate_gbit"] else "NVLink (one node)" if r["gpus"] > 1 else "—",
-             f"{r['native_per_gpu']:,.0f}", f"{r['horovod_per_gpu']:,.0f}",
+             "no: " + "; ".join(r["beyond_checked"]) if r["beyond_checked"] else "yes",
+             _scaling(r["native_scaling"], r["native_scaling_range"]),
+             _scaling(r["horovod_scaling"], r["horovod_scaling_range"]),
              f"{r['ratio']:.3f} ({r['range'][0]:.3f}–{r['range'][1]:.3f})",
              f"{r['native_wait_ms']:.1f} ({r['buckets']})",
              f"{r['horovod_wait_ms']:.1f} ({r['fused_buffers']}, {r['horovod_cycles']})",
@@ -161,6 +175,8 @@ def markdown(doc: dict[str, Any]) -> str:
             for r in doc["rows"]]
     assumed = [f"- **{model}'s step on one GPU** (assumed): {s['images_per_s']:,.0f} img/s at batch {s['batch']} "
                f"on an {s['gpu']}, {s['precision']}: {s['source']}." for model, s in steps.items()]
+    bound = sorted({r["model"] for r in doc["rows"] if r["host_bound"]})
+    said = next((r["host_bound"] for r in doc["rows"] if r["host_bound"]), "")
     check = doc["published_check"]
     return "\n".join([
         "# Native DDP or Horovod on GPU clusters (predicted)", "",
@@ -168,9 +184,14 @@ def markdown(doc: dict[str, Any]) -> str:
         "100-400 Gbit/s between nodes: each framework's averaging schedule (docs/cluster.md) replayed over a backward "
         "shaped as this machine's CPU runs measured it, scaled to a published GPU step, plus what a GPU host adds "
         "(the averaging beside backward slows it; Horovod's step end holds the host while the GPU idles). Nothing "
-        "here was measured on a GPU: every input below that says assumed is one. The range spans the links at "
-        "±25 %, the GPU step at ±20 % and the host's measured step end over its 95 % interval.", "",
+        "here was measured on a GPU: every input below that says assumed is one. Each range spans every fit of the "
+        "published check (each cluster left out in turn, the links' bandwidths at ±25 % and latencies at half and "
+        "twice) and the host's measured step end over its 95 % interval; the one-GPU step is the published one, "
+        "as given.", "",
         f"**Checked against published GPU runs** ([check](../published-gpu/check.md)): {check}", "",
+        f"**Bound by the host**: {', '.join(bound) if bound else 'no model'} past one GPU, where {said}: no scaling "
+        "is given there, and native ÷ Horovod leaves out what each framework's host adds to such a step." if bound
+        else "**Bound by the host**: no row.", "",
         f"**Checked on the waits this machine measures**: {doc['validation']}", "",
         text.md_table(head, rows), "",
         "**Inputs**", "",
@@ -185,8 +206,9 @@ def markdown(doc: dict[str, Any]) -> str:
         "across many nodes, would cost fewer hops: at 64 GPUs Horovod's many small buffers pay this most); "
         f"Horovod's negotiation {1e6 * links['negotiation_s']:g} µs a cycle (its response cache's bit vector over "
         "its control plane).",
-        "- **Fitted on published runs** (mahti's, docs/results/published-gpu): "
-        + ", ".join(f"`{name}` {value:.3f}" for name, value in doc["constants"].items()) + ".", "",
+        "- **Fitted on published runs** (the calibration fit, docs/results/published-gpu): "
+        + ", ".join(f"`{name}` {value:.3f}" for name, value in doc["constants"].items()) + "; the other fits the "
+        "ranges span are on the check's page.", "",
         f"**Beside published results**: {doc['published']}.", "",
         f"**What decides each row**: {deciders(doc['rows'])}. Where Horovod's step end decides, a shorter GPU step (an "
         "H100 in place of the A100 the steps are from) raises native ÷ Horovod, since that end is host time that "
@@ -194,7 +216,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "beside backward costing each more. Where the averaging beside backward decides, Horovod's fused buffers "
         "are many and small and each pays a ring's latency across every GPU: that rests on `overlap_cost`, fitted "
         "on 2 nodes, and on the ring, which NCCL replaces with trees across many nodes (fewer hops), so those rows "
-        "overstate DDP's lead.", ""])
+        "overstate DDP's lead. No row past 8 GPUs is within what a published row or measurement covers.", ""])
 
 
 def deciders(rows: list[dict[str, Any]]) -> str:
@@ -208,7 +230,7 @@ def deciders(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
-    """Predicted img/s per GPU against GPUs, one panel per model, a line per backend and link, the range shaded."""
+    """Predicted native ÷ Horovod against GPUs, one panel per model, a line per link, the range shaded."""
     plt = plots.pyplot()
     names = list(doc["assumed"]["steps"])
     fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4.2), squeeze=False)
@@ -217,14 +239,12 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         for rate in sorted({r["rate_gbit"] for r in rows if r["rate_gbit"]}):
             line = [r for r in rows if r["rate_gbit"] in (None, rate)]
             gpus = [r["gpus"] for r in line]
-            for backend, style in (("native", "-"), ("horovod", "--")):
-                ax.plot(gpus, [r[f"{backend}_per_gpu"] for r in line], style, marker="o",
-                        label=f"{'DDP' if backend == 'native' else 'Horovod'}, {rate:g} Gbit/s")
-                ax.fill_between(gpus, [r[f"{backend}_per_gpu_range"][0] for r in line],
-                                [r[f"{backend}_per_gpu_range"][1] for r in line], alpha=0.08)
+            ax.plot(gpus, [r["ratio"] for r in line], marker="o", label=f"{rate:g} Gbit/s between nodes")
+            ax.fill_between(gpus, [r["range"][0] for r in line], [r["range"][1] for r in line], alpha=0.08)
+        ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("GPUs (8 a node)")
-        ax.set_ylabel("img/s per GPU (predicted)")
+        ax.set_ylabel("native ÷ Horovod (predicted)")
         ax.set_title(f"{model}, 224 px")
         ax.legend(fontsize=7)
     plots.save(fig, path)
@@ -234,33 +254,47 @@ def published_said() -> str:
     """The published check's validation in one sentence, from its check.json."""
     check = json.loads(gpu_cluster.CHECK.read_text())
     v, bar = check["validation"], check["bar"]
-    return (f"on the {v['rows']} validation rows (puhti, fitted on none of them) native ÷ Horovod within "
-            f"{100 * bar['ratio']:.0f} % on {v['met']['ratio']} of {v['rows']}, the largest error "
-            f"{100 * v['worst']['ratio_error']:.1f} %; DDP's scaling within {100 * bar['scaling']:.0f} points on "
-            f"{v['met']['ddp_scaling']} of {v['rows']}, the largest error "
-            f"{100 * v['worst']['ddp_scaling_error']:.1f} points.")
+    left = "; ".join(f"{name} left out, the fit on {o['fit']} put native ÷ Horovod within the bar on "
+                     f"{o['met']['ratio']} of {o['paired']} and DDP's scaling on {o['met']['ddp_scaling']} of "
+                     f"{o['rows']}" for name, o in check["left_out"].items())
+    return (f"on the {v['rows']} validation rows the calibration fit saw none of (those bound by the host left out), "
+            f"native ÷ Horovod within {100 * bar['ratio']:.0f} % on {v['met']['ratio']} of {v['paired']}, the "
+            f"largest error {100 * v['worst']['ratio_error']:.1f} %; DDP's scaling within "
+            f"{100 * bar['scaling']:.0f} points on {v['met']['ddp_scaling']} of {v['rows']}, the largest error "
+            f"{100 * v['worst']['ddp_scaling_error']:.1f} points. Each cluster left out: {left}.")
 
 
 def cluster_page(doc: dict[str, Any]) -> str:
     """prediction.md: the same figures as prediction.json, for a reader."""
     c, ratio = doc["cluster"], doc["native_over_horovod"]
-    rows = [[("DDP" if name == "native" else "Horovod"), f"{doc[name]['images_per_s_per_gpu']:,.0f}",
-             f"{doc[name]['scaling_efficiency']:.3f}", f"{doc[name]['wait_ms']:.2f}", f"{doc[name]['overlap_ms']:.2f}",
+    rows = [[("DDP" if name == "native" else "Horovod"),
+             _scaling(doc[name].get("scaling_efficiency"), doc[name].get("scaling_range")),
+             f"{doc[name]['wait_ms']:.2f}", f"{doc[name]['overlap_ms']:.2f}",
              f"{doc[name].get('host_block_ms', 0.0):.2f}"] for name in BACKENDS]
-    check = doc["checked_against"]
+    rates = [c.get("one_gpu_images_per_s_low"), c.get("one_gpu_images_per_s_high")]
+    given = (f" ({rates[0] or c['one_gpu_images_per_s']:,.0f} to {rates[1] or c['one_gpu_images_per_s']:,.0f}, as "
+             "you gave it)" if any(rates) else " (as given: the range does not vary it)")
     return "\n".join([
-        f"# {c['model']} on {c['nodes']} x {c['gpus_per_node']} GPUs: native DDP or Horovod (predicted)", "",
-        f"Made by `{doc['command']}`. One GPU trains {c['one_gpu_images_per_s']:,.0f} img/s at batch "
+        f"# {c['model']} on {c['nodes']} x {c['gpus_per_node']} GPUs at batch {c['batch_per_gpu']}, "
+        f"{c['precision']}: native DDP or Horovod (predicted)", "",
+        f"Made by `{doc['command']}`. One GPU trains {c['one_gpu_images_per_s']:,.0f} img/s{given} at batch "
         f"{c['batch_per_gpu']} ({c['precision']}, {c['image_size']} px); inside a node NCCL's bus bandwidth is "
         f"{c['intra_node_busbw_gbyte_s']:g} GB/s, between nodes {c['inter_node_gbit_s']:g} Gbit/s.", "",
+        *([f"**Beyond what was checked**: {'; '.join(doc['beyond_checked'])}. The figures below are the model's "
+           "extrapolation, checked on nothing this large.", ""] if doc["beyond_checked"] else []),
         f"**native ÷ Horovod: {ratio['value']:.3f}** (range {ratio['low']:.3f}–{ratio['high']:.3f}). Deciding: "
         f"{doc['deciding']}.", "",
-        text.md_table(["backend", "img/s per GPU", "scaling efficiency", "wait after backward, ms",
+        *([f"**Bound by the host**: {doc['host_bound']}. No scaling is given: past that rate the host (the loader, "
+           "the kernels' launches, each framework's hooks) bounds the step, which the model does not see, and "
+           "native ÷ Horovod leaves out what each framework's host adds to it.", ""] if doc["host_bound"] else []),
+        text.md_table(["backend", "scaling efficiency (range)", "wait after backward, ms",
                        "averaging beside backward, ms added", "host's step end, ms"], rows), "",
-        f"**How far to trust it**: the same model, its constants fitted on {check['calibration']}, predicted "
-        f"{check['validation']}. The backward's shape is this project's CPU run of {c['model']} "
-        f"({doc['shape_from']}). The range spans your one-GPU figure at ±20 %, the links at ±25 % and the host's "
-        "measured step end over its 95 % interval.", ""])
+        "**How far to trust it**: the constants were fitted on ml-benchmarks' ResNet-50 runs on mahti (A100, 2 nodes "
+        f"x 4). The published check (docs/results/published-gpu/check.md): {doc['checked_against']} The backward's "
+        f"shape is this project's CPU run of "
+        f"{c['model']} ({doc['shape_from']}). The ranges span every fit of the published check (each cluster left "
+        "out in turn, the links' bandwidths at ±25 % and latencies at half and twice), your one-GPU figure as far "
+        "as you gave its range, and the host's measured step end over its 95 % interval.", ""])
 
 
 def cluster_main(args: argparse.Namespace) -> int:
@@ -273,18 +307,13 @@ def cluster_main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--cluster {args.cluster}: no backward of {cluster.model} is recorded in {args.measured}; "
                           f"model may be one of {', '.join(recorded)}")
     shape_of = shape(args.measured, cluster.model)
-    check = json.loads(gpu_cluster.CHECK.read_text())
-    made = gpu_cluster.predict(cluster, shape_of, gpu_cluster.constants(), gpu_cluster.host())
-    v = check["validation"]
-    doc = {"schema_version": 1, "command": "python -m experiments.gpu_model.predict_gpus " + " ".join(sys.argv[1:]),
-           "cluster": {f: getattr(cluster, f) for f in cluster.__slots__}, **made, "shape_from": shape_of["from"],
-           "constants": {name: c["value"] for name, c in check["fitted"].items()},
-           "checked_against": {
-               "calibration": "ml-benchmarks' ResNet-50 runs on mahti (A100, 2 nodes x 4)",
-               "validation": f"its runs on puhti (V100) with native ÷ Horovod within "
-                             f"{100 * v['worst']['ratio_error']:.1f} % and DDP's scaling within "
-                             f"{100 * v['worst']['ddp_scaling_error']:.1f} points "
-                             "(docs/results/published-gpu/check.md)"}}
+    checked = gpu_cluster.checked()
+    made = gpu_cluster.limits(cluster, gpu_cluster.predict(cluster, shape_of, checked.fits, gpu_cluster.host()),
+                              checked)
+    doc = {"schema_version": 2, "command": "python -m experiments.gpu_model.predict_gpus " + " ".join(sys.argv[1:]),
+           "cluster": cluster.given(), **made, "shape_from": shape_of["from"],
+           "constants": {name: c["value"] for name, c in json.loads(gpu_cluster.CHECK.read_text())["fitted"].items()},
+           "checked_against": published_said()}
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "prediction.json").write_text(json.dumps(doc, indent=1) + "\n")
     page = cluster_page(doc)
