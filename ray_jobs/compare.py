@@ -267,6 +267,8 @@ def outcome(comparisons: list[dict[str, Any]], assert_parity: bool) -> int:
 
 
 def parity_line(verdict: dict[str, Any]) -> str:
+    if not verdict["max_abs_step_loss_difference"]:  # nothing compared: why (a run diverged, or none finished)
+        return f"{verdict['verdict']} ({verdict['why']})"
     pairs = "; ".join(f"{pair} {text.number(d)}" + (" (explained: rounding order)" if pair in verdict["explained"]
                                                        else "")
                       for pair, d in verdict["max_abs_step_loss_difference"].items())

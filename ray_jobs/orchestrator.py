@@ -24,7 +24,7 @@ from cluster.ray_cluster import check_local_capacity, connect, require
 from contract import models, options, results
 from contract.comparison import CompareConfig
 from contract.config import BACKENDS, TrainConfig
-from contract.errors import RunFailed
+from contract.errors import DIVERGED, RunFailed
 from launchers import arms
 from launchers.arms import Arm
 from launchers.ray_failures import user_error
@@ -317,7 +317,7 @@ def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[st
     for n in cmp.worker_counts:
         key = str(n)
         if not planned.per_backend:
-            out["parity"][key] = parity.verdict(first_losses(records, n), cmp.parity_steps, cmp.tolerance, compared)
+            out["parity"][key] = parity_at(records, n, cmp.parity_steps, cmp.tolerance, compared)
         one_round = cut_advice(planned)
         if both and (answer := speed.speed(records, n, launchers, pilot, one_round)):
             out["speed"][key] = {**answer, **({"two_stage": planned.stages[key]} if key in planned.stages else {})}
@@ -356,6 +356,14 @@ def first_losses(records: list[dict[str, Any]], n: int) -> dict[str, list[float]
         if r["workers"] == n and r["status"] == "ok":
             losses.setdefault(r["arm"], r["step_losses"])
     return losses
+
+
+def parity_at(records: list[dict[str, Any]], n: int, steps: int, tolerance: float,
+              compared: list[str]) -> dict[str, Any]:
+    """The parity verdict at `n` workers from the records: each arm's first finished losses, and the runs that
+    diverged (their line, under every launcher, says so)."""
+    diverged = sorted({r["arm"] for r in records if r["workers"] == n and DIVERGED in (r.get("error") or "")})
+    return parity.verdict(first_losses(records, n), steps, tolerance, compared, diverged)
 
 
 def settings(planned: Plan) -> dict[str, Any]:
