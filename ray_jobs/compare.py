@@ -203,7 +203,8 @@ def simulate(cmp: CompareConfig, base: TrainConfig, root: Path) -> int:
         raise ConfigError(f"--simulate-nodes varies the link rate and --model-width; give {' and '.join(lists)} "
                           "one value (run the tuning grid without --simulate-nodes)")
     orchestrator.check_options(base, list(cmp.backend_names))
-    preflight.check_config(replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths())
+    preflight.check_config(replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths(),
+                           horovod="horovod" in cmp.backend_names)
     try:
         sweep_dir, code = link_sweep.run(sys.argv[1:], cmp.simulate_nodes, rates, root, workers)
     except KeyboardInterrupt:

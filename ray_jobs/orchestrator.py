@@ -121,7 +121,7 @@ def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool 
             gpus.check_horovod_nccl()
     # Checked (and the dataset resolved) at the most workers: they make the shortest epochs.
     base = replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths()
-    preflight.check_config(base)
+    preflight.check_config(base, horovod="horovod" in backends)
     on_ray = bool(backends) and "ray" in launchers
     address = check_address() if on_ray else None
     if on_ray:
@@ -392,10 +392,7 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path,
             network: dict[str, Any] | None) -> dict[str, Any]:
     """One run into its own folder; its record for comparison.json, failed or not (and, finished, in the folder's
     record.json, for a resume)."""
-    # Each backend takes the options it has; the others are recorded as not applicable in its results.json.
-    own = options.for_backend(base, arm.backend)
-    cfg = replace(options.ceiling(own) if arm.ceiling else own, workers=n,
-                  output_dir=str(run_dir / run_name(arm, round_, n)))
+    cfg = replace(arm_config(arm, n, base), output_dir=str(run_dir / run_name(arm, round_, n)))
     record = {"arm": arm.label, "backend": arm.backend, "launcher": arm.launcher, "workers": n, "round": round_}
     try:
         with logs.to_file(Path(cfg.output_dir) / OUTPUT):
@@ -410,6 +407,13 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path,
     except Exception as error:  # noqa: BLE001 - a failed run is recorded in the report, and the rest go on
         message = failure_line(user_error(error) or error, cfg.output_dir)
         return {**record, "status": "failed", "error": message}
+
+
+def arm_config(arm: Arm, n: int, base: TrainConfig) -> TrainConfig:
+    """What `arm` trains with at `n` workers: each backend the options it has (the others are recorded as not
+    applicable in its results.json), the ceiling none that shape the averaging."""
+    own = options.for_backend(base, arm.backend)
+    return replace(options.ceiling(own) if arm.ceiling else own, workers=n)
 
 
 def record_of(arm: Arm, round_: int, n: int, run_dir: Path, doc: dict[str, Any]) -> dict[str, Any]:
@@ -441,8 +445,7 @@ def rebuilder(planned: Plan):
         if (doc["backend"], doc["launcher"], doc["workers"], Path(doc["config"]["output_dir"]).name) != (
                 arm.backend, arm.launcher, n, folder):
             return None
-        own = options.for_backend(planned.base, arm.backend)
-        wanted = replace(options.ceiling(own) if arm.ceiling else own, workers=n).to_dict()
+        wanted = arm_config(arm, n, planned.base).to_dict()
         if any(doc["config"].get(k) != v for k, v in wanted.items() if k not in resuming.FREE):
             return None  # trained otherwise than this plan asks (another model, batch, …): it runs again
         return record_of(arm, round_, n, planned.run_dir, doc)

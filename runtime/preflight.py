@@ -215,12 +215,13 @@ def check_interface() -> None:
                           f"this host does not have (it has {', '.join(have)}); unset it or name one of those")
 
 
-def check_config(cfg: TrainConfig) -> None:
-    """The model, the network interface gloo is told to use, and the paths a run will write and the room they have
-    (the data: check_data, on the data's plan)."""
+def check_config(cfg: TrainConfig, horovod: bool = True) -> None:
+    """The model, the network interface gloo is told to use, the frameworks' settings exported (`horovod`: whether
+    Horovod runs under this command), and the paths a run will write and the room they have (the data: check_data, on
+    the data's plan)."""
     check_model(cfg)
     check_interface()
-    framework_env.check(os.environ, cfg)
+    framework_env.check(os.environ, cfg, horovod)
     writable_dir(cfg.output_dir, "--output-dir")
     free_space(cfg.output_dir, "--output-dir", OUTPUT_BYTES, "results, TensorBoard scalars, logs")
     if cfg.dataset == "mnist" and (Path(cfg.data_dir) / "MNIST" / "raw").is_dir():
