@@ -114,11 +114,10 @@ def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool 
         resuming.check(root / run_id, asked)
     check_options(base, backends)
     arms.check_available(launchers, backends)
-    if base.use_gpu:
-        if any(launcher != "ray" for launcher in launchers):
-            gpus.check_ranks(max(workers))  # torchrun, mp.spawn, horovodrun start every rank here; Ray's: below
-        if "horovod" in backends:
-            gpus.check_horovod_nccl()
+    if any(launcher != "ray" for launcher in launchers):  # torchrun, mp.spawn, horovodrun: every rank here
+        gpus.check(base.use_gpu, max(workers), horovod=False)  # Ray's: below
+    if base.use_gpu and "horovod" in backends:
+        gpus.check_horovod_nccl()
     # Checked (and the dataset resolved) at the most workers: they make the shortest epochs.
     base = replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths()
     preflight.check_config(base, horovod="horovod" in backends)
