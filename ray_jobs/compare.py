@@ -45,6 +45,9 @@ def main() -> int:
         raise ConfigError("--model and --models are one flag: give one of them, with a comma-separated list for "
                           "several models")
     args = make_defaults(parser().parse_args(), sys.argv[1:])
+    if not (args.target_ci or args.make_target_ci) and any(a.split("=")[0] == "--budget-min" for a in sys.argv[1:]):
+        raise ConfigError("--budget-min bounds the rounds --target-ci adds, and without --target-ci --repeats fixes "
+                          "them, so it would bound nothing; add --target-ci (3 is ±3 %), or drop --budget-min")
     cmp = flags.from_args(args, CompareConfig)
     if cmp.render:
         log.info("%s", render(Path(cmp.render)))
