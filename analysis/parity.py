@@ -69,8 +69,9 @@ def beyond(a: list[float], b: list[float], steps: int, tolerance: float, floor: 
 
 
 def verdict(losses: dict[str, list[float]], steps: int, tolerance: float,
-            backends: Sequence[str] = BACKENDS) -> dict[str, Any]:
-    """Parity for one worker count, from the step losses of each run that finished.
+            backends: Sequence[str] = BACKENDS, diverged: Sequence[str] = ()) -> dict[str, Any]:
+    """Parity for one worker count, from the step losses of each run that finished; DIVERGED, judging nothing, where a
+    run `diverged` (contract/errors.py): its losses, and a floor measured on them, say nothing of summation order.
 
     PASS needs every requested backend and the reference(s), each backend within what passes of the reference that
     computes as it does, and the backends within it of each other, unless their difference is explained: each
@@ -78,6 +79,10 @@ def verdict(losses: dict[str, list[float]], steps: int, tolerance: float,
     the tolerance, or past two workers, at each step, MARGIN x the floor LAG steps later (`floor_per_step`), when
     larger.
     """
+    if diverged:
+        return {"steps": 0, "tolerance": tolerance, "max_abs_step_loss_difference": {}, "floor": None,
+                "explained": {}, "informational": {}, "verdict": "DIVERGED",
+                "why": f"{', '.join(diverged)} diverged, so parity is not judged; lower --lr"}
     refs = {arm: reference_for(arm, losses) for arm in backends}
     floor = floor_per_step(losses, steps)
     compared_runs = [*backends, REFERENCE, *sorted({r for r in refs.values() if r != REFERENCE}),

@@ -637,6 +637,8 @@ def parity_lines(comparison: dict[str, Any], workers: int) -> list[str]:
     verdict = comparison["parity"].get(str(workers))
     if not verdict:
         return []
+    if not verdict["max_abs_step_loss_difference"]:  # nothing compared: why (a run diverged, or none finished)
+        return ["", f"**Parity: {verdict['verdict']}** — {verdict['why']}."]
     out = ["", f"**Parity: {verdict['verdict']}** — largest |step-loss difference| over the first "
                f"{verdict['steps']} steps, tolerance {verdict['tolerance']:g}"
                + (f", {floor}" if (floor := parity.floor_words(verdict)) else "")

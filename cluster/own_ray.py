@@ -57,9 +57,14 @@ def check_token_folder() -> None:
 
 def program() -> str:
     """This environment's `ray` command: beside its Python, else the first on PATH (a Ray installed with pip --target
-    keeps its commands in that folder's bin/, as on a GPU machine that takes Ray as a carried wheel)."""
+    keeps its commands in that folder's bin/, as on a GPU machine that takes Ray as a carried wheel); refused where
+    there is none, before anything starts."""
     beside = Path(sys.executable).with_name("ray")
-    return str(beside) if beside.exists() else shutil.which("ray") or str(beside)
+    if found := str(beside) if beside.exists() else shutil.which("ray"):
+        return found
+    raise ConfigError(f"a local Ray would be started with the `ray` command, and there is none beside this Python "
+                      f"({beside}) or on PATH; install Ray into this environment (make install), put its bin/ on PATH, "
+                      "or join a running cluster with RAY_ADDRESS")
 
 
 def cpus() -> int:

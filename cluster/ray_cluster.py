@@ -135,6 +135,7 @@ def check_local_capacity(workers: int, use_gpu: bool) -> None:
     that is joined)."""
     if not starts_own_ray():
         return
+    own_ray.program()
     own_ray.check_token_folder()
     if use_gpu:
         import torch  # what Ray counts on a local start too; only for --use-gpu

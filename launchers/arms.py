@@ -18,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from contract.config import AA_SUFFIX, CEILING, LAUNCHERS, OWN_LAUNCHERS, Config
 from contract.errors import RunFailed
 from launchers import on_ray
 from launchers.ray_failures import RayRunOptions
-from runtime import flags, launch
+from runtime import flags, launch, tied
 
 log = logging.getLogger(__name__)
 LOG = "launcher.log"
@@ -169,20 +168,26 @@ def wait(launcher: subprocess.Popen, timeout: float | None = None) -> int:
 def _run_command(arm: Arm, cfg: TrainConfig) -> None:
     """The command a user would type, its output kept in <output-dir>/launcher.log rather than mixed into ours."""
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
-    log_path = Path(cfg.output_dir) / LOG
+    run_launcher(command(arm, cfg), environment(arm), Path(cfg.output_dir) / LOG, arm.launcher)
+
+
+def run_launcher(launched: list[str], env: dict[str, str], log_path: Path, name: str) -> None:
+    """A launcher's command (`name`: which), its output into `log_path`; RunFailed naming its error line where it
+    fails. In a session of its own, and sent SIGTERM when this command is interrupted, so that the launcher ends its
+    ranks: subprocess.run would SIGKILL it, and torchrun's ranks, in sessions of their own, would train on. SIGTERM
+    from the kernel too when this command dies without a word (SIGKILL): its parent-death signal."""
     # torchrun leaves a /tmp/torchelastic_<random>/ of its logs behind every run: it goes into a folder removed after.
-    with log_path.open("w") as out, tempfile.TemporaryDirectory(prefix="compare-launcher-") as scratch:
-        # In a session of its own, and sent SIGTERM when the comparison is interrupted, so that the launcher ends its
-        # ranks: subprocess.run would SIGKILL it, and torchrun's ranks, in sessions of their own, would train on.
-        # SIGTERM from the kernel too when the comparison dies without a word (SIGKILL): its parent-death signal.
-        done = subprocess.Popen(["setpriv", "--pdeathsig", "SIGTERM", *command(arm, cfg)], stdout=out,
+    with log_path.open("w") as out, tied.folder("compare-launcher-") as scratch:
+        done = subprocess.Popen(["setpriv", "--pdeathsig", "SIGTERM", *launched], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**environment(arm), "TMPDIR": scratch}, start_new_session=True)
+                                env={**env, "TMPDIR": str(scratch)}, start_new_session=True)
         wait(done)
     if done.returncode:
-        lines = [line for line in log_path.read_text(errors="replace").splitlines() if "error" in line.lower()]
-        raise RuntimeError(f"{arm.launcher} exited with {done.returncode}: "
-                           f"{(lines or ['no error line'])[0].strip()[:300]} (see {log_path})")
+        said = log_path.read_text(errors="replace").splitlines()
+        # a rank's own `error:` line first: a traceback's frames mention errors too
+        lines = [line for line in said if "error: " in line] or [line for line in said if "error" in line.lower()]
+        raise RunFailed(f"{name} exited with {done.returncode}: {(lines or ['no error line'])[0].strip()[:300]} "
+                        f"(see {log_path})")
 
 
 def _executable(name: str) -> str | None:

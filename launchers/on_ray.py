@@ -52,7 +52,7 @@ def run(backend: str, cfg: TrainConfig, options: RayRunOptions = RayRunOptions()
 
     check_options(cfg, backend)
     cfg = cfg.with_absolute_paths()
-    preflight.check_config(cfg)
+    preflight.check_config(cfg, horovod=backend == "horovod")
     from workload import checkpoint  # torch: after the checks, so that a refusal answers at once
     preflight.check_name(options.name)
     if options.storage_path:

@@ -42,7 +42,7 @@ def main() -> int:
     args = parser().parse_args()
     output_dir = run_folder.resolve(args.output_dir, "native", LAUNCHER)
     cfg = flags.from_args(args, output_dir=output_dir).with_absolute_paths()
-    preflight.check_config(cfg)
+    preflight.check_config(cfg, horovod=False)
     gpus.check(cfg.use_gpu, cfg.workers, horovod=False)
     if cfg.checkpoint_dir:  # a checkpoint of another run is refused before any data is made, as torchrun's ranks do
         from workload.run import resume_state

@@ -39,7 +39,7 @@ def main() -> int:
         raise ConfigError("torchrun --max-restarts restarts reliably only with a fresh store per attempt: run "
                           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone (or --rdzv-backend c10d "
                           "--rdzv-endpoint HOST:PORT) ... (docs/faults.md)")
-    preflight.check_config(cfg)  # again with the world size once the group exists
+    preflight.check_config(cfg, horovod=False)  # again with the world size once the group exists
     gpus.check(cfg.use_gpu, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), horovod=False)
     data.check_known(cfg)  # data of a known size: refused before the group forms
     run_folder.announce(args.output_dir, output_dir)

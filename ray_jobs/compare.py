@@ -45,6 +45,9 @@ def main() -> int:
         raise ConfigError("--model and --models are one flag: give one of them, with a comma-separated list for "
                           "several models")
     args = make_defaults(parser().parse_args(), sys.argv[1:])
+    if not (args.target_ci or args.make_target_ci) and any(a.split("=")[0] == "--budget-min" for a in sys.argv[1:]):
+        raise ConfigError("--budget-min bounds the rounds --target-ci adds, and without --target-ci --repeats fixes "
+                          "them, so it would bound nothing; add --target-ci (3 is ±3 %), or drop --budget-min")
     cmp = flags.from_args(args, CompareConfig)
     if cmp.render:
         log.info("%s", render(Path(cmp.render)))
@@ -203,7 +206,8 @@ def simulate(cmp: CompareConfig, base: TrainConfig, root: Path) -> int:
         raise ConfigError(f"--simulate-nodes varies the link rate and --model-width; give {' and '.join(lists)} "
                           "one value (run the tuning grid without --simulate-nodes)")
     orchestrator.check_options(base, list(cmp.backend_names))
-    preflight.check_config(replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths())
+    preflight.check_config(replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths(),
+                           horovod="horovod" in cmp.backend_names)
     try:
         sweep_dir, code = link_sweep.run(sys.argv[1:], cmp.simulate_nodes, rates, root, workers)
     except KeyboardInterrupt:
@@ -267,6 +271,8 @@ def outcome(comparisons: list[dict[str, Any]], assert_parity: bool) -> int:
 
 
 def parity_line(verdict: dict[str, Any]) -> str:
+    if not verdict["max_abs_step_loss_difference"]:  # nothing compared: why (a run diverged, or none finished)
+        return f"{verdict['verdict']} ({verdict['why']})"
     pairs = "; ".join(f"{pair} {text.number(d)}" + (" (explained: rounding order)" if pair in verdict["explained"]
                                                        else "")
                       for pair, d in verdict["max_abs_step_loss_difference"].items())

@@ -1,4 +1,6 @@
-"""`ddp-vs-horovod COMMAND [flags]`: the commands an installed wheel gives, beside `python -m` in a clone.
+"""usage: ddp-vs-horovod COMMAND [flags]   (ddp-vs-horovod --help, --version)
+
+The commands an installed wheel gives, beside `python -m` in a clone:
 
     ddp-vs-horovod compare --model resnet18 --repeats 4      # python -m ray_jobs.compare
     ddp-vs-horovod train --backend horovod --workers 2       # python -m ray_jobs.train
@@ -9,6 +11,7 @@ environment or `--working-dir` can carry the wheel. `make` stays for the reposit
 
 import runpy
 import sys
+from importlib import metadata
 
 from contract.config import ConfigError
 from runtime import cli
@@ -30,11 +33,18 @@ def command(argv: list[str]) -> str:
 
 
 def main() -> None:
+    if sys.argv[1:] in (["--help"], ["-h"]):
+        print(f"{__doc__}\ncommands: " + ", ".join(f"{name} (python -m {module})" for name, module in COMMANDS.items()))
+        return
+    if sys.argv[1:] == ["--version"]:
+        print(f"ddp-vs-horovod {metadata.version('ddp-vs-horovod')}")
+        return
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         cli.run(lambda: command(sys.argv[1:]))  # refused: one line, exit 2
         return
     module = COMMANDS[sys.argv[1]]
-    sys.argv = [f"ddp-vs-horovod {sys.argv[1]}", *sys.argv[2:]]
+    cli.prog = f"ddp-vs-horovod {sys.argv[1]}"  # its usage names the command typed, not the module's python -m
+    sys.argv = [cli.prog, *sys.argv[2:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 

@@ -24,7 +24,7 @@ from cluster.ray_cluster import check_local_capacity, connect, executor_hosts, r
 from contract import models, options, results
 from contract.comparison import CompareConfig
 from contract.config import BACKENDS, TrainConfig
-from contract.errors import RunFailed
+from contract.errors import DIVERGED, RunFailed
 from launchers import arms
 from launchers.arms import Arm
 from launchers.ray_failures import user_error
@@ -114,14 +114,13 @@ def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool 
         resuming.check(root / run_id, asked)
     check_options(base, backends)
     arms.check_available(launchers, backends)
-    if base.use_gpu:
-        if any(launcher != "ray" for launcher in launchers):
-            gpus.check_ranks(max(workers))  # torchrun, mp.spawn, horovodrun start every rank here; Ray's: below
-        if "horovod" in backends:
-            gpus.check_horovod_nccl()
+    if any(launcher != "ray" for launcher in launchers):  # torchrun, mp.spawn, horovodrun: every rank here
+        gpus.check(base.use_gpu, max(workers), horovod=False)  # Ray's: below
+    if base.use_gpu and "horovod" in backends:
+        gpus.check_horovod_nccl()
     # Checked (and the dataset resolved) at the most workers: they make the shortest epochs.
     base = replace(base, workers=max(workers), output_dir=str(root)).with_absolute_paths()
-    preflight.check_config(base)
+    preflight.check_config(base, horovod="horovod" in backends)
     on_ray = bool(backends) and "ray" in launchers
     address = check_address() if on_ray else None
     if on_ray:
@@ -321,7 +320,7 @@ def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[st
     for n in cmp.worker_counts:
         key = str(n)
         if not planned.per_backend:
-            out["parity"][key] = parity.verdict(first_losses(records, n), cmp.parity_steps, cmp.tolerance, compared)
+            out["parity"][key] = parity_at(records, n, cmp.parity_steps, cmp.tolerance, compared)
         one_round = cut_advice(planned)
         if both and (answer := speed.speed(records, n, launchers, pilot, one_round)):
             out["speed"][key] = {**answer, **({"two_stage": planned.stages[key]} if key in planned.stages else {})}
@@ -362,6 +361,14 @@ def first_losses(records: list[dict[str, Any]], n: int) -> dict[str, list[float]
     return losses
 
 
+def parity_at(records: list[dict[str, Any]], n: int, steps: int, tolerance: float,
+              compared: list[str]) -> dict[str, Any]:
+    """The parity verdict at `n` workers from the records: each arm's first finished losses, and the runs that
+    diverged (their line, under every launcher, says so)."""
+    diverged = sorted({r["arm"] for r in records if r["workers"] == n and DIVERGED in (r.get("error") or "")})
+    return parity.verdict(first_losses(records, n), steps, tolerance, compared, diverged)
+
+
 def settings(planned: Plan) -> dict[str, Any]:
     """comparison.json's `settings`: how the comparison was asked for."""
     cmp = planned.cmp
@@ -388,10 +395,7 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path,
             network: dict[str, Any] | None) -> dict[str, Any]:
     """One run into its own folder; its record for comparison.json, failed or not (and, finished, in the folder's
     record.json, for a resume)."""
-    # Each backend takes the options it has; the others are recorded as not applicable in its results.json.
-    own = options.for_backend(base, arm.backend)
-    cfg = replace(options.ceiling(own) if arm.ceiling else own, workers=n,
-                  output_dir=str(run_dir / run_name(arm, round_, n)))
+    cfg = replace(arm_config(arm, n, base), output_dir=str(run_dir / run_name(arm, round_, n)))
     record = {"arm": arm.label, "backend": arm.backend, "launcher": arm.launcher, "workers": n, "round": round_}
     try:
         with logs.to_file(Path(cfg.output_dir) / OUTPUT):
@@ -406,6 +410,13 @@ def run_one(arm: Arm, round_: int, n: int, base: TrainConfig, run_dir: Path,
     except Exception as error:  # noqa: BLE001 - a failed run is recorded in the report, and the rest go on
         message = failure_line(user_error(error) or error, cfg.output_dir)
         return {**record, "status": "failed", "error": message}
+
+
+def arm_config(arm: Arm, n: int, base: TrainConfig) -> TrainConfig:
+    """What `arm` trains with at `n` workers: each backend the options it has (the others are recorded as not
+    applicable in its results.json), the ceiling none that shape the averaging."""
+    own = options.for_backend(base, arm.backend)
+    return replace(options.ceiling(own) if arm.ceiling else own, workers=n)
 
 
 def record_of(arm: Arm, round_: int, n: int, run_dir: Path, doc: dict[str, Any]) -> dict[str, Any]:
@@ -437,8 +448,7 @@ def rebuilder(planned: Plan):
         if (doc["backend"], doc["launcher"], doc["workers"], Path(doc["config"]["output_dir"]).name) != (
                 arm.backend, arm.launcher, n, folder):
             return None
-        own = options.for_backend(planned.base, arm.backend)
-        wanted = replace(options.ceiling(own) if arm.ceiling else own, workers=n).to_dict()
+        wanted = arm_config(arm, n, planned.base).to_dict()
         if any(doc["config"].get(k) != v for k, v in wanted.items() if k not in resuming.FREE):
             return None  # trained otherwise than this plan asks (another model, batch, …): it runs again
         return record_of(arm, round_, n, planned.run_dir, doc)

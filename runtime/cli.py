@@ -18,8 +18,15 @@ from runtime import logs, signals
 EXIT_CODES = {ConfigError: 2, DataError: 2, Diverged: 1, PeerLost: 1, RunFailed: 1}
 
 
+prog = ""
+"""The command as typed where it is not the module's own usage (`ddp-vs-horovod train`: ray_jobs/console.py)."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line and exit code 2, like every other user error here."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **{**kwargs, **({"prog": prog} if prog else {})})
 
     def error(self, message: str) -> None:
         fail_unless_restarted(f"{message} (see --help)", 2)

@@ -3,14 +3,17 @@ collectives are NCCL's (a Gloo-only Horovod would stage every allreduce through 
 build rather than the framework). torch and Horovod are imported only when --use-gpu asks."""
 
 from contract.config import ConfigError
+from runtime import preflight
 
 REBUILD = ("rebuild it with NCCL: `.venv/bin/python tools/build_horovod.py` on a machine with a CUDA toolkit (nvcc) "
            "and NCCL, where torch sees the GPUs (docs/install.md)")
 
 
 def check(use_gpu: bool, ranks: int, horovod: bool) -> None:
-    """With --use-gpu: a GPU for each of the `ranks` this host starts, and for Horovod a build with NCCL."""
+    """Room for each of the `ranks` this host starts: with --use-gpu a GPU each, and for Horovod a build with NCCL;
+    else cores (preflight.check_cores)."""
     if not use_gpu:
+        preflight.check_cores(ranks)
         return
     check_ranks(ranks)
     if horovod:

@@ -104,6 +104,19 @@ def _available_memory() -> int:
     return 0
 
 
+RANKS_PER_CORE = 2
+"""The most ranks one host runs a core: beyond, every rank's start (torch's import), step and teardown queue for a
+core, a start takes minutes and a SIGTERM's end too; within, a parity check past two workers runs on two cores."""
+
+
+def check_cores(ranks: int) -> None:
+    """Room on this host's cores for the `ranks` a launcher starts on it (torchrun, horovodrun, mp.spawn)."""
+    if ranks > RANKS_PER_CORE * (cores := len(os.sched_getaffinity(0))):
+        raise ConfigError(f"{ranks} ranks on this host would share its {cores} core(s), more than {RANKS_PER_CORE} "
+                          "a core: too little for each to start, train or stop in time; start at most "
+                          f"{RANKS_PER_CORE * cores} here, or run on a larger machine")
+
+
 def check_name(name: str | None, flag: str = "--name") -> None:
     """A run name becomes one folder name under the storage path."""
     if name is None:
@@ -230,12 +243,13 @@ def check_interface() -> None:
                           f"this host does not have (it has {', '.join(have)}); unset it or name one of those")
 
 
-def check_config(cfg: TrainConfig) -> None:
-    """The model, the network interface gloo is told to use, and the paths a run will write and the room they have
-    (the data: check_data, on the data's plan)."""
+def check_config(cfg: TrainConfig, horovod: bool = True) -> None:
+    """The model, the network interface gloo is told to use, the frameworks' settings exported (`horovod`: whether
+    Horovod runs under this command), and the paths a run will write and the room they have (the data: check_data, on
+    the data's plan)."""
     check_model(cfg)
     check_interface()
-    framework_env.check(os.environ, cfg)
+    framework_env.check(os.environ, cfg, horovod)
     writable_dir(cfg.output_dir, "--output-dir")
     free_space(cfg.output_dir, "--output-dir", OUTPUT_BYTES, "results, TensorBoard scalars, logs")
     if cfg.dataset == "mnist" and (Path(cfg.data_dir) / "MNIST" / "raw").is_dir():

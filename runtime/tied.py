@@ -4,13 +4,17 @@ included), and takes every process it started with it, however deep (a build's p
 The command runs in a session of its own whose leader, a shell, also reads a pipe the starting process holds. When
 that process ends, the pipe closes, and the leader kills every other process of the session. A session, not a
 process group: the tools a build runs make process groups of their own. `die_with_parent` ties a process to the one
-that started it (make, a shell) through the kernel's parent-death signal.
+that started it (make, a shell) through the kernel's parent-death signal, and `folder` a scratch folder to the process
+that made it, by the same pipe.
 """
 
+import contextlib
 import ctypes
 import signal
 import subprocess
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 LEADER = ('exec 3<&0; "$@" </dev/null & child=$!; '
@@ -36,3 +40,18 @@ def run(command: Sequence[str], **kwargs) -> int:
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
     """This process gets `sig` when the process that started it ends (Linux's PR_SET_PDEATHSIG)."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+
+
+@contextlib.contextmanager
+def folder(prefix: str, parent: Path | None = None) -> Iterator[Path]:
+    """A new folder (in `parent`, else the system's temporary folder) for the block, removed when the block ends or
+    this process does, however it ends (SIGKILL included): a shell in a session of its own removes it once the pipe
+    this process holds closes."""
+    made = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    remover = subprocess.Popen(["sh", "-c", 'read _; rm -rf -- "$0"', str(made)], stdin=subprocess.PIPE,
+                               start_new_session=True)
+    try:
+        yield made
+    finally:
+        remover.stdin.close()
+        remover.wait()

@@ -15,6 +15,7 @@ import native_ddp.train
 import ray_jobs.compare
 import ray_jobs.gpu_check
 import ray_jobs.train
+import tools.first_step_gradients
 from contract.config import TrainConfig
 from runtime.launch import free_port
 
@@ -98,6 +99,7 @@ ENTRY_POINTS = {
     "native_ddp.train": native_ddp.train.main,  # as torchrun starts it (LOCAL_RANK set)
     "native_ddp.spawn": native_ddp.spawn.main,
     "ray_jobs.gpu_check": ray_jobs.gpu_check.main,
+    "tools/first_step_gradients.py": tools.first_step_gradients.main,
 }
 SYNTHETIC = ["--dataset", "synthetic"]
 

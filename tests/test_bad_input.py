@@ -374,6 +374,39 @@ TABLE = [
          "it and pass --cycle-time-ms 200", env="HOROVOD_CYCLE_TIME=200"),
     case("horovod_ddp.train", [], "HOROVOD_FUSION_THRESHOLD=0 is exported here, and this project sets "
          "HOROVOD_FUSION_THRESHOLD from --bucket-mb", env="HOROVOD_FUSION_THRESHOLD=0"),
+    # A setting one backend cannot take as it is compared: seen, both DDP ranks' SIGSEGV under torchrun, minutes in.
+    case("ray_jobs.compare", ["--launchers", "torchrun,horovodrun"], "TORCH_DISTRIBUTED_DEBUG=DETAIL is exported "
+         "here: it has DDP's process group check and log every collective", env="TORCH_DISTRIBUTED_DEBUG=DETAIL"),
+    case("native_ddp.train", [], "TORCH_DISTRIBUTED_DEBUG=INFO is exported here", env="TORCH_DISTRIBUTED_DEBUG=INFO"),
+    case("tools/first_step_gradients.py", ["--output", "{ws}/out"], "TORCH_DISTRIBUTED_DEBUG=DETAIL is exported here",
+         env="TORCH_DISTRIBUTED_DEBUG=DETAIL"),
+    # More ranks than a host's cores can start, train and stop: seen, 65 under torchrun on 2 cores, SIGTERM unheard.
+    case("native_ddp.spawn", ["--workers", "5"], "5 ranks on this host would share its 2 core(s), more than 2 a core: "
+         "too little for each to start, train or stop in time; start at most 4 here", env="two-cores"),
+    case("ray_jobs.compare", ["--launchers", "torchrun", "--workers", "2,5"], "5 ranks on this host would share its 2",
+         env="two-cores"),
+    case("horovod_ddp.train", [], "100000 ranks on this host would share its", env="HOROVOD_LOCAL_SIZE=100000"),
+    # A Ray to start and no `ray` command: seen, "run again when the machine is less busy".
+    case("ray_jobs.train", SYNTHETIC, "a local Ray would be started with the `ray` command, and there is none "
+         "beside this Python", env="no-ray-command"),
+    case("ray_jobs.compare", ["--output-dir", "{ws}/results"], "there is none beside this Python",
+         env="no-ray-command"),
+    # --budget-min bounds --target-ci's rounds; alone it would bound nothing (seen: 6 rounds in 457 s at 1 minute).
+    case("ray_jobs.compare", ["--budget-min", "1"], "--budget-min bounds the rounds --target-ci adds, and without "
+         "--target-ci --repeats fixes them, so it would bound nothing; add --target-ci"),
+    case("ray_jobs.compare", ["--repeats", "2", "--budget-min=5"], "--budget-min bounds the rounds --target-ci adds"),
+    # tools/first_step_gradients.py keeps the commands' contract: seen, a traceback, or a refusal 95 s in, its output
+    # folder made.
+    case("tools/first_step_gradients.py", ["--workers", "65", "--output", "{ws}/out"],
+         "65 ranks on this host would share its 2 core(s)", env="two-cores"),
+    case("tools/first_step_gradients.py", ["--workers", "5", "--output", "{ws}/out"], "start at most 4 here",
+         env="two-cores"),
+    case("tools/first_step_gradients.py", ["--output", "{ws}/a-file"], "--output {ws}/a-file is a file, not a folder"),
+    case("tools/first_step_gradients.py", ["--output", "{ws}/a-file/out"], "cannot be a folder: {ws}/a-file is a "
+         "file"),
+    case("tools/first_step_gradients.py", ["--model", "nosuchnet", "--output", "{ws}/out"],
+         "--model must be one of convnet, mlp"),
+    case("tools/first_step_gradients.py", ["--workers", "1", "--output", "{ws}/out"], "an average needs 2 or more"),
 
     # --use-gpu: a GPU per rank on this host, and a Horovod whose GPU collectives are NCCL's (this one is Gloo's).
     case("native_ddp.train", ["--use-gpu"], "1 rank(s) on this host need 1 GPU(s), and torch sees 0 here"),
@@ -411,8 +444,14 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
         monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")
     elif env == "no-such-interface":
         monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
-    elif env and env.startswith("HOROVOD_"):
+    elif env and "=" in env:
         monkeypatch.setenv(*env.split("=", 1))
+    elif env == "two-cores":
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    elif env == "no-ray-command":  # none beside this Python or on PATH, and a local Ray to start
+        monkeypatch.setattr(ray_cluster, "starts_own_ray", lambda: True)
+        monkeypatch.setattr(sys, "executable", str(ws / "python"))
+        monkeypatch.setenv("PATH", str(ws))
     elif env == "fake-gpus":  # the GPU check passes; what --use-gpu asks beyond it is checked
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     elif env == "pip-toolkit":  # a toolkit as the package index lays it out, one wheel short, for the GPU build
@@ -434,9 +473,9 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
     elif env == "read-only-home":  # where a local start writes Ray's token: a real read-only mount (as root)
         read_only_home(ws / "home", monkeypatch, request)
     argv = [arg.replace("{ws}", str(ws)) for arg in argv]
-    if entry != "ray_jobs.compare" or "--render" not in argv:
+    if not entry.startswith("tools/") and (entry != "ray_jobs.compare" or "--render" not in argv):
         argv += ["--data-dir", str(ws / "data")] if "--data-dir" not in argv else []
-    assert_refused(entry, argv, needle, ws, monkeypatch, capsys)
+    assert_refused(entry, argv, needle.replace("{ws}", str(ws)), ws, monkeypatch, capsys)
 
 
 def read_only_home(home: Path, monkeypatch, request) -> None:

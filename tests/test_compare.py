@@ -281,3 +281,14 @@ def test_the_ceiling_runs_beside_the_backends_and_each_backend_s_step_is_taken_a
                    "native − ceiling, paired by round", "**CPU by thread**", "parity does not apply to it"):
         assert needle in markdown, needle
     assert (image_comparison_dir / "phases.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_failed_launcher_is_named_by_its_rank_s_error_line_not_by_a_traceback_frame(tmp_path):
+    """Seen: "torchrun exited with 1:   File ".../elastic/multiprocessing/errors/__init__.py", line 357" as the line."""
+    from contract.errors import RunFailed
+
+    said = ('echo \'  File "/venv/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 357\'; '
+            "echo 'error: training diverged: the loss became nan by epoch 1, step 3'; exit 1")
+    with pytest.raises(RunFailed, match=r"^torchrun exited with 1: error: training diverged: the loss became nan"):
+        arms.run_launcher(["sh", "-c", said], {"PATH": "/usr/bin:/bin"}, tmp_path / arms.LOG, "torchrun")
+    assert [p.name for p in tmp_path.iterdir()] == [arms.LOG]

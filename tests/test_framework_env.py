@@ -93,3 +93,54 @@ def test_the_report_names_each_arm_s_interfaces():
         "Interfaces named in each arm's rank 0: native: none (each library's own choice); horovod: "
         "`HOROVOD_GLOO_IFACE=eth0`, `NCCL_SOCKET_IFNAME=ib0`.")
     assert report.interfaces_line({"runs": ran[:1]}) is None
+
+
+def test_the_torch_openmp_and_mkl_settings_are_recorded_with_the_backend_each_reaches():
+    """Seen: MKL_NUM_THREADS=1 in force for both backends, and the report said "none"."""
+    found = framework_env.in_force({"MKL_NUM_THREADS": "1", "OMP_PROC_BIND": "close", "TORCH_CPP_LOG_LEVEL": "INFO",
+                                    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "TORCHELASTIC_RUN_ID": "x"})
+    assert found == {"MKL_NUM_THREADS": "1", "OMP_PROC_BIND": "close", "TORCH_CPP_LOG_LEVEL": "INFO"}
+    assert framework_env.words({**found, "TORCH_NCCL_BLOCKING_WAIT": "1"}) == (
+        "`MKL_NUM_THREADS=1` (both), `OMP_PROC_BIND=close` (both), `TORCH_CPP_LOG_LEVEL=INFO` (both), "
+        "`TORCH_NCCL_BLOCKING_WAIT=1` (DDP only)")
+
+
+@pytest.mark.parametrize("value, refused", [("DETAIL", True), ("info", True), ("OFF", False)])
+def test_torch_distributed_debug_is_refused_unless_off(value, refused):
+    if refused:
+        with pytest.raises(ConfigError, match=f"TORCH_DISTRIBUTED_DEBUG={value} is exported here: .*; unset it$"):
+            framework_env.check({"TORCH_DISTRIBUTED_DEBUG": value}, TrainConfig(), horovod=False)
+    else:
+        framework_env.check({"TORCH_DISTRIBUTED_DEBUG": value}, TrainConfig())
+
+
+@pytest.mark.parametrize("export, flags", [("HOROVOD_CYCLE_TIME=5", {"cycle_time_ms": 5.0}),
+                                           (f"HOROVOD_FUSION_THRESHOLD={8 * 2 ** 20}", {"bucket_mb": 8.0})])
+def test_an_export_that_matches_its_flag_passes_the_checks_of_every_arm_s_own_command(export, flags, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """Seen: HOROVOD_CYCLE_TIME=5 with --cycle-time-ms 5.0 passed the driver's check, and the DDP arm, whose flags have
+    no cycle time, refused it minutes in: the comparison exited 1, "native/torchrun did not finish"."""
+    import sys
+
+    import horovod_ddp.worker
+    import native_ddp.worker
+    from launchers import arms
+    from ray_jobs import orchestrator
+    from runtime import cli, preflight
+    from tests.helpers import ENTRY_POINTS
+
+    monkeypatch.setenv(*export.split("="))
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    base = TrainConfig(dataset="synthetic", data_dir=str(tmp_path / "data"), **flags)
+    preflight.check_config(replace(base, output_dir=str(tmp_path)))  # the comparison's own, where it starts
+    for module in (native_ddp.worker, horovod_ddp.worker):  # the checks passed: the ranks would start here
+        monkeypatch.setattr(module, "run_launched" if module is native_ddp.worker else "run_horovodrun",
+                            lambda *args: 0)
+    for arm in orchestrator.planned_arms(CompareConfig(launchers="torchrun,horovodrun")):
+        cfg = replace(orchestrator.arm_config(arm, 2, base), output_dir=str(tmp_path / arm.label.replace("/", "-")))
+        command = arms.command(arm, cfg)
+        module = command[command.index("-m") + 1]
+        monkeypatch.setattr(sys, "argv", [module, *command[command.index("-m") + 2:]])
+        with pytest.raises(SystemExit) as done:
+            cli.run(ENTRY_POINTS[module])
+        assert done.value.code == 0, (arm.label, capsys.readouterr().err)

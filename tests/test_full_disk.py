@@ -127,3 +127,19 @@ def test_a_disk_that_fills_mid_comparison_names_the_disk_and_starts_no_more_runs
                                         rf"run\(s\) not started, the 0 that finished are kept: .*--resume {tiny_disk}"):
         orchestrator._run_all(planned, planned.runs, records, {})
     assert started == ["reference"] and records[0]["error"].startswith(f"RunFailed: no space left in {tiny_disk}")
+
+
+def test_first_step_gradients_on_a_disk_that_fills_is_one_line_exit_1_and_leaves_no_file(tiny_disk, monkeypatch,
+                                                                                         capsys):
+    """Seen: a traceback and a 0-byte first-step-gradients.json."""
+    from tools import first_step_gradients as tool
+
+    doc = {"workers": 3, "model": "resnet18", "batch_size": 32, "compared": {},
+           "environment": {"cpu": "a CPU " * 2000, "torch": "2.11.0"}}  # more than the disk's 4 kB
+    monkeypatch.setattr(sys, "argv", ["tools/first_step_gradients.py"])
+    with pytest.raises(SystemExit) as exited:
+        cli.run(lambda: tool.write(tiny_disk / "out" / "gradients", doc))
+    err = capsys.readouterr().err
+    assert exited.value.code == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"error: no space left in {tiny_disk / 'out' / 'gradients'}: first-step-gradients.json needs")
+    assert [p.name for p in tiny_disk.iterdir()] == ["ballast"]

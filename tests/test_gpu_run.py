@@ -20,7 +20,7 @@ case "$*" in
   *) mkdir -p "${@: -1}" && exit "${CHECK_CODE:-0}" ;;
 esac
 """
-NVIDIA_SMI = "#!/usr/bin/env bash\necho 'NVIDIA H200, 580.00, 143771 MiB'\n"
+NVIDIA_SMI = "#!/usr/bin/env bash\necho 'NVIDIA H200, 580.00, 143771 MiB'\nexit \"${SMI_CODE:-0}\"\n"
 
 
 @pytest.mark.parametrize("codes, exit_code, failed", [
@@ -31,6 +31,7 @@ NVIDIA_SMI = "#!/usr/bin/env bash\necho 'NVIDIA H200, 580.00, 143771 MiB'\n"
     ({"RAY_CODE": "4"}, 1, "failed: ray-arm"),
     ({"PIP_CODE": "1"}, 1, "failed: ray-install ray-arm"),
     ({"BUILD_CODE": "2"}, 1, "failed: build host-costs check ray-arm"),
+    ({"SMI_CODE": "9"}, 1, "failed: gpu"),  # nvidia-smi's code, not tee's: the script's pipefail
 ])
 def test_every_step_runs_and_a_failed_one_makes_the_run_fail_naming_it(codes, exit_code, failed, tmp_path):
     bin_ = tmp_path / "bin"
@@ -49,7 +50,7 @@ def test_every_step_runs_and_a_failed_one_makes_the_run_fail_naming_it(codes, ex
                           env={**os.environ, **codes, "PATH": f"{bin_}:{os.environ['PATH']}"})
     steps = (out / "steps.txt").read_text()
     assert done.returncode == exit_code, done.stderr
-    for name, code in (("gpu", "0"), ("one-gpu", codes.get("RATE_CODE", "0")), ("build", codes.get("BUILD_CODE", "0")),
+    for name, code in (("gpu", codes.get("SMI_CODE", "0")), ("one-gpu", codes.get("RATE_CODE", "0")), ("build", codes.get("BUILD_CODE", "0")),
                        ("ray-install", codes.get("PIP_CODE", "0")), ("results", "0")):
         assert f"{name}: exit {code}," in steps, steps
     for name, code in (("host-costs", codes.get("HOST_CODE", "0")), ("check", codes.get("CHECK_CODE", "0"))):
@@ -67,7 +68,7 @@ def test_without_horovod_s_sdist_the_check_is_named_not_run_and_an_output_inside
     script = str(REPO / "tools" / "gpu_run.sh")
     done = subprocess.run(["bash", script, str(tmp_path / "work" / "out"), str(tmp_path / "work")], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "inside" in done.stderr and not (tmp_path / "work" / "out" / "steps.txt").exists()
+    assert done.returncode == 2 and "inside" in done.stderr and not (tmp_path / "work").exists()  # nothing made
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     for tool, text in (("python3", STAND_IN), ("torchrun", STAND_IN), ("nvidia-smi", NVIDIA_SMI)):
@@ -79,6 +80,24 @@ def test_without_horovod_s_sdist_the_check_is_named_not_run_and_an_output_inside
     assert done.returncode == 1 and "failed: build host-costs check" in done.stderr
     steps = (tmp_path / "out" / "steps.txt").read_text()
     assert "build: not run (no .gpu/horovod-*.tar.gz" in steps and "ray-arm: not run (no .gpu/ray" in steps
+
+
+def test_no_output_or_an_output_it_cannot_write_is_one_line_exit_2_and_nothing_made(tmp_path, request):
+    """Seen: no argument exited 1, and a read-only output was found only as its first step wrote there."""
+    script = str(REPO / "tools" / "gpu_run.sh")
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=16k", "tmpfs", str(read_only)], check=True)
+    request.addfinalizer(lambda: subprocess.run(["umount", str(read_only)], check=True))
+    (tmp_path / "a-file").write_text("x")
+    for args, said in (([], "usage: bash tools/gpu_run.sh OUTPUT_DIR [WORK_DIR]"),
+                       ([str(read_only / "out"), str(tmp_path / "work")], "out cannot be written here"),
+                       ([str(tmp_path / "out"), str(read_only / "work")], "work cannot be written here"),
+                       ([str(tmp_path / "a-file" / "out")], "a-file is read-only or not a folder")):
+        done = subprocess.run(["bash", script, *args], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stdout) == (2, ""), (args, done.stderr)
+        assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and said in done.stderr, done.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "read-only"]
 
 
 def _ray_bundle():

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from analysis import parity, runs
+from analysis import parity, report, runs
 from contract.comparison import CompareConfig
 from contract.config import TrainConfig
 from ray_jobs import orchestrator
@@ -81,6 +81,30 @@ def test_past_two_workers_the_floor_s_reference_must_run():
     losses = {"native": [2.3], "horovod": [2.3], "reference": [2.3]}
     assert parity.verdict(losses, steps=50, tolerance=1e-4)["floor"] is None  # two workers: the tolerance alone
     assert parity.floor_words(parity.verdict(losses, steps=50, tolerance=1e-4)) == ""
+
+
+@pytest.mark.parametrize("diverged", [("native/torchrun", "horovod/horovodrun", "reference", "reference-horovod",
+                                      "reference-reordered"), ("horovod/horovodrun",)])
+def test_a_diverged_run_is_named_and_neither_parity_nor_its_floor_is_judged_on_it(diverged):
+    """Seen: every run's losses grew from 2.35 to 2.7e16; the floor measured on them grew with them (1.08e12), and a
+    7.9e11 difference passed. Now each such run fails with the trainer's line (its launcher's, under torchrun), and the
+    verdict names them; where only one arm diverged, the finished runs are not judged either."""
+    from ray_jobs import compare
+
+    line = "training diverged: the loss grew over 1000x, from 2.35 at the first step to 2.7e+16 by epoch 1, step 30"
+    arms = ["native/torchrun", "horovod/horovodrun", "reference", "reference-horovod", "reference-reordered"]
+    records = [{"arm": arm, "workers": 3, "round": 0, **(
+        {"status": "failed", "error": f"RunFailed: torchrun exited with 1: error: {line}" if "/" in arm else
+         f"Diverged: {line}"} if arm in diverged else {"status": "ok", "error": None, "step_losses": [2.35, 1.2]})}
+               for arm in arms]
+    verdict = orchestrator.parity_at(records, 3, 50, 1e-4, arms[:2])
+    assert verdict["verdict"] == "DIVERGED" and verdict["floor"] is None and not verdict["max_abs_step_loss_difference"]
+    assert verdict["why"] == f"{', '.join(sorted(diverged))} diverged, so parity is not judged; lower --lr"
+    comparison = {"runs": records, "parity": {"3": verdict}, "settings": {"repeats": 1, "backends": ["native"],
+                                                                           "workers": [3], "config": {}}, "speed": {}}
+    assert compare.outcome([comparison], assert_parity=False) == 1
+    assert compare.parity_line(verdict) == f"DIVERGED ({verdict['why']})"
+    assert report.parity_lines(comparison, 3) == ["", f"**Parity: DIVERGED** — {verdict['why']}."]
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -354,6 +355,63 @@ def test_a_tied_command_and_all_it_started_end_with_a_sigkilled_parent_and_keep_
     from runtime import tied
 
     assert tied.run(["sh", "-c", "exit 7"]) == 7
+
+
+TIED_FOLDER = """import sys, time
+from runtime import tied
+with tied.folder("tied-test-", sys.argv[1]) as made:
+    (made / "data").mkdir()
+    print(made, flush=True)
+    time.sleep(300)
+"""
+
+
+def test_a_tied_folder_goes_with_the_block_and_with_a_sigkilled_process(tmp_path):
+    """Seen: a SIGKILLed add_references or first_step_gradients left its scratch folder in the system's temp folder."""
+    parent = subprocess.Popen([sys.executable, "-c", TIED_FOLDER, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    made = Path(parent.stdout.readline().strip())
+    assert made.parent == tmp_path and (made / "data").is_dir()
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while made.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(tmp_path.iterdir())
+    from runtime import tied
+
+    with tied.folder("tied-test-", tmp_path) as made:
+        (made / "file").write_text("x")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_first_step_gradients_ends_with_a_signal_and_leaves_no_rank_and_no_folder(sig, tmp_path):
+    """Seen: SIGTERM 300 s in did not end it, and SIGKILL left torchrun and its ranks running and its temporary folder
+    in the system's."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    tool = subprocess.Popen([sys.executable, "tools/first_step_gradients.py", "--workers", "2", "--model", "convnet",
+                             "--output", str(tmp_path / "out")], cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(REPO)}, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not _ranks():
+        assert tool.poll() is None and time.monotonic() < deadline, tool.stderr.read()
+        time.sleep(0.2)
+    os.kill(tool.pid, sig)
+    err = tool.communicate(timeout=60)[1]
+    if sig == signal.SIGTERM:
+        assert tool.returncode == 143 and [line for line in err.splitlines() if line.strip()] == [
+            "error: ended by SIGTERM before the command finished; a run that had not finished wrote no result"], err
+    deadline = time.monotonic() + 60
+    while (_ranks() or any(temp.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _ranks() and not any(temp.iterdir()) and not (tmp_path / "out").exists()
+
+
+def _ranks() -> list[str]:
+    return subprocess.run(["pgrep", "-f", "first_step_gradients_rank.py"], capture_output=True, text=True).stdout.split()
 
 
 def _sleeps() -> list[str]:

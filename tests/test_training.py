@@ -183,6 +183,27 @@ def test_a_diverging_run_stops_with_a_clear_error_and_writes_nothing(cfg):
     assert not (Path(cfg.output_dir) / results.FILENAME).exists()
 
 
+def test_a_loss_that_grows_a_thousandfold_has_diverged_though_it_stays_finite(cfg):
+    """Seen: at --lr 50 the losses went from 2.35 to 2.7e16, all finite, and parity passed on them."""
+    from workload.trainer import Diverged
+
+    with pytest.raises(Diverged, match=r"training diverged: the loss grew over 1000x, from 2\.\d+ at the first step "
+                                       r"to .* by epoch 1, step 10 \(--lr 50.0, .*lower --lr"):
+        reference.train(replace(cfg, lr=50.0, max_steps_per_epoch=10))
+    assert not (Path(cfg.output_dir) / results.FILENAME).exists()
+
+
+@pytest.mark.parametrize("losses, said", [
+    ([2.3, 1.9, 0.4], None), ([2.3, 40.0, 0.9], None),  # a spike of a run that trains on
+    ([2.35, 9.1, 2.7e16], "the loss grew over 1000x, from 2.35 at the first step to 2.7e+16"),
+    ([0.05, 60.0], "the loss grew over 1000x"), ([2.3, math.inf], "the loss became inf"),
+    ([2.3, math.nan, 1.0], "the loss became nan")])
+def test_diverged_is_a_loss_not_finite_or_a_thousand_times_the_first_step_s(losses, said):
+    from contract.errors import diverged
+
+    assert diverged(losses) == said if said is None else said in diverged(losses)
+
+
 def test_a_resumed_run_counts_the_checkpoint_writes_of_the_attempts_before_it(cfg, monkeypatch):
     """checkpoint_time_s once covered the last attempt only; the writes before travel in the checkpoint's history."""
     carried = History(checkpoint_s=5.0)

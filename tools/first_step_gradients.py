@@ -15,13 +15,13 @@ difference over that bound (1 or less: within it).
 Writes first-step-gradients.json and .md into --output.
 """
 
-import argparse
+import contextlib
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -29,7 +29,8 @@ import torch.nn.functional as F
 
 from contract import results
 from contract.config import ConfigError, TrainConfig
-from runtime import cli
+from launchers import arms
+from runtime import cli, preflight, space, tied
 from workload import compression, data
 from workload.run import build_model
 from workload.trainer import shard_loader
@@ -67,10 +68,8 @@ def launch(backend: str, cfg: TrainConfig, scratch: Path) -> list[torch.Tensor]:
     config, output = scratch / "config.json", scratch / f"{backend}.pt"
     config.write_text(json.dumps(cfg.to_dict()))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(RANK.parent.parent)}
-    done = subprocess.run([*head, str(RANK), "--backend", backend, "--config", str(config), "--output", str(output)],
-                          capture_output=True, text=True, env=env, check=False)
-    if done.returncode or not output.exists():
-        raise RuntimeError(f"{backend} failed ({done.returncode}): {done.stderr[-2000:]}")
+    arms.run_launcher([*head, str(RANK), "--backend", backend, "--config", str(config), "--output", str(output)], env,
+                      scratch / f"{backend}.log", Path(head[0]).name)
     return torch.load(output, weights_only=True)
 
 
@@ -102,12 +101,19 @@ def main() -> int:
     args = parser.parse_args()
     if args.workers < 2:
         raise ConfigError(f"--workers {args.workers}: an average needs 2 or more; pass --workers 3")
-    args.output.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as scratch:
-        cfg = data.resolve(TrainConfig(model=args.model, dataset="synthetic", data_dir=scratch, workers=args.workers,
-                                       synthetic_train_size=32 * args.workers * 4, synthetic_test_size=64))
+    # Everything checked before anything is made: the model, the cores, the launchers, the output folder and its room.
+    cfg = TrainConfig(model=args.model, dataset="synthetic", workers=args.workers, output_dir=str(args.output),
+                      data_dir=tempfile.gettempdir(), synthetic_train_size=32 * args.workers * 4,
+                      synthetic_test_size=64)
+    preflight.writable_dir(args.output, "--output")
+    preflight.free_space(args.output, "--output", preflight.OUTPUT_BYTES, "its tables")
+    preflight.check_config(cfg, horovod=False)  # Horovod's own defaults, no flag of ours: an export is recorded
+    preflight.check_cores(args.workers)
+    arms.check_available(["torchrun", "horovodrun"], ["native", "horovod"])
+    with tied.folder("first-step-gradients-") as scratch:  # the data and the ranks' files, gone however this ends
+        cfg = data.resolve(replace(cfg, data_dir=str(scratch)))
         grads = per_worker(cfg)
-        got = {backend: launch(backend, cfg, Path(scratch)) for backend in ("native", "horovod")}
+        got = {backend: launch(backend, cfg, scratch) for backend in ("native", "horovod")}
     table = {backend: {name: compared(g, grads, rounding, reverse) for name, (rounding, reverse) in EMULATIONS.items()}
              for backend, g in got.items()}
     table["reference-reordered"] = {"reference": compared(
@@ -115,10 +121,25 @@ def main() -> int:
         grads, "native", False)}
     doc = {"workers": args.workers, "model": args.model, "batch_size": cfg.batch_size,
            "environment": results.environment(), "compared": table}
-    (args.output / FILE).write_text(json.dumps(doc, indent=1) + "\n")
-    (args.output / FILE.replace(".json", ".md")).write_text(render(doc))
+    write(args.output, doc)
     log.info("%s", render(doc))
     return 0
+
+
+def write(folder: Path, doc: dict) -> None:
+    """The JSON and its Markdown into `folder`, both or neither: a full disk is one line, and leaves no file."""
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        space.write_json(folder / FILE, doc)
+        text = render(doc)
+        with space.atomic_file(folder / FILE.replace(".json", ".md"), len(text.encode())) as temporary:
+            temporary.write_text(text)
+    except BaseException:
+        (folder / FILE).unlink(missing_ok=True)
+        for each in made:  # the folders this write made, innermost first
+            with contextlib.suppress(OSError):
+                each.rmdir()
+        raise
 
 
 def render(doc: dict) -> str:

@@ -9,13 +9,19 @@
 # the Ray arm. About 10 min on one H200 with 16 cores (build 130 s, host costs 293 s). Every step runs that can;
 # steps.txt names each one's exit code, and the script exits 1 naming the steps that failed.
 set -uo pipefail
-out=${1:?usage: bash tools/gpu_run.sh OUTPUT_DIR [WORK_DIR]}
+refuse() { echo "error: $*" >&2; exit 2; }  # bad input: one line, exit 2, nothing made
+(($# == 1 || $# == 2)) || refuse "usage: bash tools/gpu_run.sh OUTPUT_DIR [WORK_DIR]"
+out=$1
 work=${2:-/tmp/gpu}
-mkdir -p "$out" "$work" || exit 1
-case "$(cd "$out" && pwd -P)/" in
-    "$(cd "$work" && pwd -P)"/*) echo "error: $out is inside $work, which results.tgz packs: name another" >&2
-        exit 2 ;;
+case "$(realpath -m "$out")/" in
+    "$(realpath -m "$work")"/*) refuse "$out is inside $work, which results.tgz packs: name another" ;;
 esac
+for dir in "$out" "$work"; do  # the folder, or the nearest one above it that exists, must take new files
+    near=$(realpath -m "$dir")
+    while [[ ! -e $near ]]; do near=$(dirname "$near"); done
+    [[ -d $near && -w $near ]] || refuse "$dir cannot be written here ($near is read-only or not a folder): name another"
+done
+mkdir -p "$out" "$work" || exit 1
 rm -f "$out"/{gpu.txt,one-gpu.txt,build.log,host.log,check.log,install.log,ray.log,results.tgz}  # a rerun's own
 : > "$out/steps.txt"
 failed=()

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from contract.config import TrainConfig, warmup_for
-from contract.errors import Diverged
+from contract.errors import DIVERGED, Diverged, diverged
 from contract.phases import THREAD_GROUPS
 from contract.results import History
 from runtime import preflight
@@ -179,13 +179,13 @@ class Trainer:
                                                       dtype=torch.float64))
         link_record = link.record(self.ctx)
         # Every rank holds the same averaged losses, so every rank stops here together.
-        self._check_finite(float(step_losses.sum()), epoch, steps)
+        self._check([*history.step_losses[:1], *step_losses.tolist()], epoch, steps)
         eval_start = time.perf_counter()
         self.tools.before_eval(epoch)
         self.average_buffers()
         test_loss, test_accuracy = self.evaluate()
         # The last update of an epoch can break the weights after its loss was taken: the test loss shows it.
-        self._check_finite(test_loss, epoch, steps)
+        self._check([test_loss], epoch, steps)
         self.tools.before_checkpoint(epoch)
         history.step_losses.extend(step_losses.tolist())
         return {
@@ -292,7 +292,7 @@ class Trainer:
     def _log_step(self, loss: Tensor, epoch: int, step: int, steps: int) -> None:
         # Outside the timed region: the allreduce and .item() are sync points.
         mean_loss = float(self.ctx.average(loss.detach().cpu()))
-        self._check_finite(mean_loss, epoch, step)
+        self._check([mean_loss], epoch, step)
         if self.ctx.is_main:
             log.info("Epoch [%d/%d], Step [%d/%d], Loss: %.4f", epoch, self.cfg.epochs, step, steps, mean_loss)
 
@@ -302,9 +302,9 @@ class Trainer:
                      record["epoch"], self.cfg.epochs, record["train_loss"], record["test_loss"],
                      100 * record["test_accuracy"], record["samples_per_s"])
 
-    def _check_finite(self, loss: float, epoch: int, step: int) -> None:
-        if not math.isfinite(loss):
-            raise Diverged(f"training diverged: the loss became {loss} by epoch {epoch}, step {step} "
+    def _check(self, losses: list[float], epoch: int, step: int) -> None:
+        if why := diverged(losses):
+            raise Diverged(f"{DIVERGED}: {why} by epoch {epoch}, step {step} "
                            f"(--lr {self.cfg.lr}, --momentum {self.cfg.momentum}); lower --lr, no results were written")
 
     def _own_buffers(self, worker: int, workers: int) -> None:
