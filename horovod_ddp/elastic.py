@@ -6,7 +6,7 @@ import torch
 
 from contract.config import TrainConfig
 from horovod_ddp.adapter import HorovodGradientSync
-from workload import elastic
+from workload import data, elastic
 from workload.trainer import build_optimizer
 
 CHECK_EVERY = 10
@@ -36,7 +36,7 @@ def horovod_fn(values: dict) -> int:
             elastic.note(cfg, "start", world=world, epoch=state.epoch, offset=state.train_sampler.processed_num)
         while state.epoch < cfg.epochs:
             for i, (images, labels) in enumerate(loader, 1):
-                trainer.train_step([[(images, labels)]])
+                trainer.train_step([[(data.inputs(images), labels)]])
                 state.train_sampler.record_batch(i, cfg.batch_size)
                 if rank == 0:
                     elastic.note(cfg, "step", world=world, epoch=state.epoch, n=len(labels) * world,

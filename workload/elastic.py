@@ -87,7 +87,7 @@ def train(cfg: TrainConfig, trainer: Trainer, rank: int, world: int, start: int,
         note(cfg, "start", world=world, epoch=start, offset=0)
     for epoch in range(start, cfg.epochs):
         for done, take, mine in steps(cfg, epoch, world, rank, len(labels)):
-            trainer.train_step([[(images[mine], labels[mine])]])
+            trainer.train_step([[(data.inputs(images[mine]), labels[mine])]])
             if rank == 0:
                 note(cfg, "step", world=world, epoch=epoch, offset=done, n=take)
         save(epoch + 1)

@@ -253,7 +253,6 @@ class Trainer:
         for w, group in enumerate(groups):
             self._own_buffers(w, len(groups))
             for i, (images, labels) in enumerate(group):
-                images = data.inputs(images)  # synthetic images arrive as their bytes: normalised on their device
                 # All but the last micro-batch only accumulate: one average per step, as with one big batch.
                 with self.sync.no_sync() if i < len(group) - 1 else contextlib.nullcontext():
                     began = self._now()
@@ -382,7 +381,9 @@ class Trainer:
         parts = self.cfg.grad_accumulation
         groups = []
         for images, labels in batches:
-            groups.append([(x.to(self.ctx.device, non_blocking=True), y.to(self.ctx.device, non_blocking=True))
+            # Synthetic images arrive as their bytes, normalised on their device: a loader's transform, timed as data.
+            groups.append([(data.inputs(x.to(self.ctx.device, non_blocking=True)),
+                            y.to(self.ctx.device, non_blocking=True))
                            for x, y in zip(images.chunk(parts), labels.chunk(parts))])
         if self.fuse:
             flat = [pair for group in groups for pair in group]
