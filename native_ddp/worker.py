@@ -110,7 +110,8 @@ def run_launched(cfg: TrainConfig, launcher: str) -> NoReturn:
 
     def body(ctx: DistContext, watchdog) -> dict[str, Any] | None:
         rank_cfg = replace(cfg, workers=ctx.world_size)
-        preflight.check_config(rank_cfg, horovod=False)  # every rank checks alike, so a refusal ends them all before any collective
+        # Every rank checks alike, so a refusal ends them all before any collective.
+        preflight.check_config(rank_cfg, horovod=False)
         data.check_known(rank_cfg)
         # Before any data is written; every rank reads the same file and so refuses alike, none left waiting.
         state = resume_state(rank_cfg, "native", launcher)

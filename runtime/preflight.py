@@ -193,8 +193,8 @@ def check_checkpoint_file(path: Path) -> None:
     """A checkpoint there must be a torch.save archive: anything else is refused without loading torch (seconds on a
     busy machine); workload/checkpoint.py reads one that is."""
     if path.exists() and not (path.is_file() and zipfile.is_zipfile(path)):
-        raise ConfigError(f"{path} is not a readable checkpoint (not a torch.save archive); delete it or choose another "
-                          "checkpoint folder")
+        raise ConfigError(f"{path} is not a readable checkpoint (not a torch.save archive); delete it or choose "
+                          "another checkpoint folder")
 
 
 def check_model(cfg: TrainConfig) -> None:

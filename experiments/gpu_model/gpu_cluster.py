@@ -1,4 +1,4 @@
-"""A GPU cluster's step under each framework: the replay of its averaging (experiments/gpu_model/schedule_replay.py) over a
+"""A GPU cluster's step under each framework: the replay of its averaging (schedule_replay.py) over a
 backward shaped as a measured one and scaled to the cluster's own one-GPU step, plus the two things a GPU host adds
 that the replay alone leaves out (docs/cluster.md, "What a GPU host adds"):
 

@@ -1,9 +1,10 @@
-"""The schedule replay (experiments/gpu_model/schedule_replay.py) checked against every wait a comparison measured: each run's
+"""The schedule replay (schedule_replay.py) checked against every wait a comparison measured: each run's
 own recorded backward (results.json's `schedule`) replayed under a link fitted to that run's averaging alone
 (`overlap.comm_alone_s`), its wait and native − Horovod's step difference predicted, and set beside the measured ones,
 with the simplest rival's beside them (the wait is the averaging alone: nothing hidden).
 
-    python -m experiments.gpu_model.schedule_check results/<run-id> results/<grid-id> --output docs/results/schedule-check.md
+    python -m experiments.gpu_model.schedule_check results/<run-id> results/<grid-id> \
+        --output docs/results/schedule-check.md
 
 A point is judged only where it was measured precisely: its 95 % interval over the runs within ±10 % of its value
 (or within FLOOR_MS of it, for a wait near 0). It matches when the prediction is within 10 % of the measured figure, or
@@ -41,7 +42,8 @@ docs/options.md)."""
 @dataclass(frozen=True)
 class Point:
     """One checked figure: what it is, the measured mean and interval over runs, the replay's under a link fitted to
-    the averaging alone, the replay's under the link DDP's buckets got inside the step (contended), the simplest rival's (the averaging alone)."""
+    the averaging alone, the replay's under the link DDP's buckets got inside the step (contended), the simplest
+    rival's (the averaging alone)."""
 
     setting: str
     arm: str
@@ -266,7 +268,7 @@ def _results(folder: Path, run: dict[str, Any], config: dict[str, Any]) -> dict[
 
 def _point(setting: str, arm: str, what: str, values: dict[int, list[float | None]], unit: str = "ms",
            scale: float = 1000) -> Point:
-    """From each round's (measured, replayed, replayed contended, the simplest rival) seconds (or counts, `scale` 1): the
+    """From each round's (measured, replayed, replayed contended, rival) seconds (or counts, `scale` 1): the
     means in `unit`, and the measured figure's interval over the rounds."""
     def mean(k: int) -> float | None:
         found = [scale * v[k] for v in values.values() if v[k] is not None]
@@ -372,7 +374,8 @@ def markdown(found: list[Point], given: list[str], apart: list[list[str]]) -> st
     judged = [[p for p in group if p.precise] for group in (waits, others)]
     counts = [[sum(getattr(p, name) for p in group) for name in ("passed", "contended_passed", "rival_passed")]
               for group in judged]
-    out = [f"Made by `python -m experiments.gpu_model.schedule_check {' '.join(given)}` from the runs' results.json alone.", "",
+    out = [f"Made by `python -m experiments.gpu_model.schedule_check {' '.join(given)}` from the runs' results.json "
+           "alone.", "",
            f"**The replay matched {counts[0][0]} of {len(judged[0])} precisely measured waits** (each backend's wait "
            f"after backward and native − Horovod's backward plus wait; precise: the 95 % interval over the runs "
            f"within ±{100 * BAR:.0f} % of the value or ±{FLOOR_MS:g} ms) within {100 * BAR:.0f} % or {FLOOR_MS:g} ms "
