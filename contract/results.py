@@ -59,7 +59,8 @@ def environment() -> dict[str, Any]:
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         **_gpus(torch),
         "hostname": platform.node(),
-        "framework_settings": framework_env.in_force(os.environ),
+        "framework_settings": (settings := framework_env.in_force(os.environ)),
+        "framework_settings_reach": {name: framework_env.applies_to(name) for name in settings},
         "interfaces": framework_env.interfaces(os.environ),
     }
 

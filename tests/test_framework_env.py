@@ -35,9 +35,14 @@ def test_a_setting_the_flags_make_passes_where_it_is_the_flag_s_own_value():
         framework_env.check({"HOROVOD_TIMELINE": "/tmp/t.json"}, TrainConfig())
 
 
-def test_every_run_records_the_settings_its_environment_had(monkeypatch):
-    monkeypatch.setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "1")
-    assert results.environment()["framework_settings"]["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
+def test_every_run_records_the_settings_its_environment_had_with_the_backend_each_reaches(monkeypatch):
+    for name, value in (("HOROVOD_HIERARCHICAL_ALLREDUCE", "1"), ("MKL_NUM_THREADS", "1"), ("GLOO_SOCKET_IFNAME", "lo")):
+        monkeypatch.setenv(name, value)
+    found = results.environment()
+    assert found["framework_settings"]["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
+    assert {name: found["framework_settings_reach"][name] for name in ("HOROVOD_HIERARCHICAL_ALLREDUCE",
+            "MKL_NUM_THREADS", "GLOO_SOCKET_IFNAME")} == {"HOROVOD_HIERARCHICAL_ALLREDUCE": "Horovod only",
+                                                          "MKL_NUM_THREADS": "both", "GLOO_SOCKET_IFNAME": "DDP only"}
 
 
 def test_a_resume_under_other_framework_settings_is_refused(tmp_path, monkeypatch):
