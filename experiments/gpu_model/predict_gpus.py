@@ -67,7 +67,8 @@ LINKS = {
 """Assumed: NVLink's allreduce bus bandwidth inside an 8-GPU H100 node (nccl-tests all_reduce_perf, bus bandwidth,
 about 360-480 GB/s on HGX H100: the lower end); the rest as experiments/gpu_model/gpu_cluster.py assumes them."""
 PUBLISHED = ("ml-benchmarks' 8 paired ResNet-50 runs on 2 nodes x 4 GPUs (docs/results/published-gpu): DDP ahead in "
-             "all 8, native ÷ Horovod 1.067-1.160, against which published_check.py checks this model")
+             "all 8, native ÷ Horovod 1.067-1.160, against which experiments/gpu_model/published_check.py checks this "
+             "model")
 
 
 def shape(folder: Path, model: str) -> dict[str, Any]:
