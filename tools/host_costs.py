@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -37,15 +38,6 @@ FILE = "host-costs.json"
 RANK = Path(__file__).with_name("host_costs_rank.py")
 TENSORS = (20, 161, 640)
 """A small model's parameter count, ResNet-50's (161) and a large one's."""
-
-
-def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Least squares' (slope, intercept) of y on x."""
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
-    return slope, my - slope * mx
 
 
 ARMS = {"native": {}, "horovod": {}, "horovod-async": {"HOROVOD_ENABLE_ASYNC_COMPLETION": "1"}}
@@ -97,8 +89,9 @@ def per_round(lines: list[dict[str, float]]) -> dict[str, float]:
         at = f"{line['model']}_b{line['batch']}"
         whole.update({f"plain_step_s_{at}": line["plain_step"], f"framework_step_s_{at}": line["step"],
                       f"step_extra_s_{at}": line["step"] - line["plain_step"]})
-    hook, _ = fit([(r["tensors"], r["backward"] - r["plain_backward"]) for r in found])
-    end_slope, end_fixed = fit([(r["tensors"], r["step"] - r["plain_step"]) for r in found])
+    counts = [r["tensors"] for r in found]
+    hook, _ = statistics.linear_regression(counts, [r["backward"] - r["plain_backward"] for r in found])
+    end_slope, end_fixed = statistics.linear_regression(counts, [r["step"] - r["plain_step"] for r in found])
     return {"hook_s_per_gradient": hook, "step_end_s_per_gradient": end_slope, "step_end_fixed_s": end_fixed,
             **{f"step_end_s_at_{r['tensors']}": r["step"] - r["plain_step"] for r in found},
             **{f"backward_extra_s_at_{r['tensors']}": r["backward"] - r["plain_backward"] for r in found}, **whole}
