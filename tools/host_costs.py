@@ -9,12 +9,8 @@ its 95 % interval.
 
 Per round and backend, over N: the hook's cost a gradient, the slope of (backward - the plain model's backward); the
 step's end, the slope a gradient and the fixed part of (step - the plain model's step), fitted by least squares.
-Writes host-costs.json and host-costs.md into --output.
-
-On a GPU machine (--device cuda) each round is one rank a backend on the first GPU (NCCL), the times the host's; with
---model each round also times that torchvision model's whole steps, plain and under the framework, in alternating
-blocks (tools/host_costs_rank.py): what the framework adds to a GPU step, its wait on the device included. One rank
-averages nothing, so what it adds is the framework's host work and that wait, not the network.
+Writes host-costs.json and host-costs.md into --output. On a GPU machine (--device cuda) each round is one rank a
+backend on the first GPU, which averages nothing; --model times that model's whole steps too (host_costs_rank.py).
 """
 
 import argparse
@@ -38,8 +34,6 @@ FILE = "host-costs.json"
 RANK = Path(__file__).with_name("host_costs_rank.py")
 TENSORS = (20, 161, 640)
 """A small model's parameter count, ResNet-50's (161) and a large one's."""
-
-
 ARMS = {"native": {}, "horovod": {}, "horovod-async": {"HOROVOD_ENABLE_ASYNC_COMPLETION": "1"}}
 """Each arm's environment beside its backend: on a GPU, Horovod also with async completion (its finalizer records an
 event for the stream to wait on rather than waiting on the host: horovod/common/ops/gpu_operations.cc,

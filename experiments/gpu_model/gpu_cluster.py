@@ -246,12 +246,10 @@ def link(cluster: Cluster, fit: Constants) -> Link:
     """One allreduce over every GPU, as NCCL's ring: inside one node over NVLink, across nodes at the slower of the
     node's link and NVLink (the ring crosses each node's link once each way); at the fit's share of the assumed
     bandwidths and latencies."""
-    intra = cluster.intra_node_busbw_gbyte_s * 1e9
-    if cluster.nodes == 1:
-        return Link(NVLINK_LATENCY_S * fit.latency, intra * fit.bandwidth, cluster.gpus, FUSION_COPY_BYTES_PER_S)
-    inter = cluster.inter_node_gbit_s * 1e9 / 8 * NIC_EFFICIENCY
-    return Link(NIC_LATENCY_S * fit.latency, min(intra, inter) * fit.bandwidth, cluster.gpus,
-                FUSION_COPY_BYTES_PER_S)
+    latency, bandwidth = NVLINK_LATENCY_S, cluster.intra_node_busbw_gbyte_s * 1e9
+    if cluster.nodes > 1:
+        latency, bandwidth = NIC_LATENCY_S, min(bandwidth, cluster.inter_node_gbit_s * 1e9 / 8 * NIC_EFFICIENCY)
+    return Link(latency * fit.latency, bandwidth * fit.bandwidth, cluster.gpus, FUSION_COPY_BYTES_PER_S)
 
 
 def overlapped_s(schedule: Schedule) -> float:

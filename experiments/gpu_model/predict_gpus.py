@@ -11,16 +11,8 @@ intra_node_busbw_gbyte_s and inter_node_gbit_s, and optionally one_gpu_images_pe
 figure may be off); experiments/gpu_model/gpu_cluster.py predicts it, with the constants fitted on published GPU runs
 (docs/results/published-gpu/check.md), and writes prediction.json and prediction.md.
 
-Every input that was assumed rather than measured is named in the output (ASSUMED):
-- the backward's shape, each gradient's readiness as a share of backward, and the step's split into forward,
-  backward and optimizer: measured, on this machine's CPU runs (their `schedule` and `phases_s`), until a GPU machine
-  records one (make gpu-check);
-- the step's length on one GPU: published (STEPS), scaled to the model's batch;
-- the links: published NCCL bus bandwidths and latencies (LINKS), each a flag.
-The ranges of native ÷ Horovod and of each backend's scaling span every fit of published_check (each cluster left out,
-the links at their bounds) and the host's step end over its interval; the one-GPU figure varies only as far as the
-cluster file's own range says. Past the host-bound criterion no scaling is given, and a cluster larger than any
-published row or measurement is flagged.
+The output names every input that was assumed rather than measured: the backward's shape is measured on this
+machine's CPU runs, the one-GPU step is published (STEPS), the links are assumed (LINKS).
 """
 
 import argparse
@@ -76,8 +68,7 @@ def shape(folder: Path, model: str) -> dict[str, Any]:
     """The measured backward of `model` in a comparison folder (or a grid's): each gradient's readiness as a share
     of backward, its bytes, and the step's split into forward, backward and optimizer, medians over the native
     runs that recorded a schedule."""
-    found = [p.parent for p in folder.glob(f"**/{runs.COMPARISON}")]
-    for each in found:
+    for each in (p.parent for p in folder.glob(f"**/{runs.COMPARISON}")):
         comparison = runs.load(each)
         if comparison["settings"]["config"]["model"] != model:
             continue
@@ -131,8 +122,7 @@ def predict(measured: dict[str, Any], gpus: int, rate_gbit: float) -> dict[str, 
                 ("per_gpu", "images_per_s_per_gpu"), ("per_gpu_range", "images_per_s_per_gpu_range"),
                 ("scaling", "scaling_efficiency"), ("scaling_range", "scaling_range"))},
             "ratio": ratio["value"], "range": [ratio["low"], ratio["high"]],
-            "native_wait_ms": native["wait_ms"], "horovod_wait_ms": horovod["wait_ms"],
-            "native_overlap_ms": native["overlap_ms"], "horovod_overlap_ms": horovod["overlap_ms"],
+            **{f"{name}_{key}": made[name][key] for key in ("wait_ms", "overlap_ms") for name in BACKENDS},
             "horovod_host_block_ms": horovod["host_block_ms"], "deciding": made["deciding"],
             "buckets": native["allreduces"], "fused_buffers": horovod["allreduces"],
             "horovod_cycles": horovod["cycles"], "host_bound": made["host_bound"],

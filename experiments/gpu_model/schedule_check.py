@@ -6,9 +6,8 @@ with the simplest rival's beside them (the wait is the averaging alone: nothing 
     python -m experiments.gpu_model.schedule_check results/<run-id> results/<grid-id> \
         --output docs/results/schedule-check.md
 
-A point is judged only where it was measured precisely: its 95 % interval over the runs within ±10 % of its value
-(or within FLOOR_MS of it, for a wait near 0). It matches when the prediction is within 10 % of the measured figure, or
-within FLOOR_MS of it. Points measured less precisely are listed as such and counted apart. Trains nothing.
+A point is judged only where it was measured precisely, and matches within the same bar (BAR, FLOOR_MS); points
+measured less precisely are listed as such and counted apart. Trains nothing.
 """
 
 import logging
@@ -163,9 +162,7 @@ def computed(run: dict[str, Any], schedule: dict[str, Any]) -> float:
     """Where backward's computing ended, from which the wait counts: for DDP its last gradient's readiness (its
     backward() returns only once the buckets are averaged, and its wait is timed from its last bucket), for Horovod
     the return of backward()."""
-    if run["backend"] == "native":
-        return max(schedule["ready_s"].values())
-    return schedule["backward_end_s"]
+    return max(schedule["ready_s"].values()) if run["backend"] == "native" else schedule["backward_end_s"]
 
 
 def _replayed(backend: str, grads: list[Gradient], wire: float, end: float, link: Link, config: dict[str, Any],
@@ -327,7 +324,7 @@ def markdown(found: list[Point], given: list[str], apart: list[list[str]]) -> st
             "the simplest rival (the averaging alone)"]
     table = [[p.setting, p.arm, p.what if p.unit == "ms" else f"{p.what} ({p.unit})",
               f"{p.measured_ms:.1f}" + (f" ({p.interval_ms[0]:.1f}–{p.interval_ms[1]:.1f})" if p.interval_ms else ""),
-              p.runs, "yes" if p.precise else "no", cell(p, p.replayed_ms), cell(p, p.contended_ms), cell(p, p.rival_ms)]
+              p.runs, "yes" if p.precise else "no", *(cell(p, v) for v in (p.replayed_ms, p.contended_ms, p.rival_ms))]
              for p in found]
     waits = [p for p in found if p.unit == "ms" and p.rival_ms is not None]
     others = [p for p in found if p not in waits]
