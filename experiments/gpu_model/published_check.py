@@ -314,14 +314,12 @@ def misses(doc: dict[str, Any]) -> str:
     rows = [r for r in doc["rows"] if r["id"] not in doc["host_bound"]["rows"]]
     paired = [r for r in rows if r["ratio_error"] is not None]
     validation = [r for r in paired if r["part"] == "validation"]
-    calibration = [r for r in paired if r["part"] == "calibration"]
     ddp = [100 * r["ddp_scaling_error"] for r in validation]
     high = statistics.fmean(ddp) > 0
-    step = {part: statistics.fmean(r["one_gpu_step_ms"] for r in group)
-            for part, group in (("validation", validation), ("calibration", calibration))}
+    step = {part: statistics.fmean(r["one_gpu_step_ms"] for r in paired if r["part"] == part) for part in PARTS}
     longer = step["validation"] > step["calibration"]
-    lost = {part: 1 - statistics.fmean(r["published"]["ddp_scaling"] for r in group)
-            for part, group in (("validation", validation), ("calibration", calibration))}
+    lost = {part: 1 - statistics.fmean(r["published"]["ddp_scaling"] for r in paired if r["part"] == part)
+            for part in PARTS}
     # the link's time weighs less on a longer step: the model's scaling rises with the step, not the published one's
     explained = high == longer
     said = [f"On the validation rows with a Horovod arm the model puts DDP's scaling {min(ddp):+.1f} to "
