@@ -9,12 +9,8 @@ its 95 % interval.
 
 Per round and backend, over N: the hook's cost a gradient, the slope of (backward - the plain model's backward); the
 step's end, the slope a gradient and the fixed part of (step - the plain model's step), fitted by least squares.
-Writes host-costs.json and host-costs.md into --output.
-
-On a GPU machine (--device cuda) each round is one rank a backend on the first GPU (NCCL), the times the host's; with
---model each round also times that torchvision model's whole steps, plain and under the framework, in alternating
-blocks (tools/host_costs_rank.py): what the framework adds to a GPU step, its wait on the device included. One rank
-averages nothing, so what it adds is the framework's host work and that wait, not the network.
+Writes host-costs.json and host-costs.md into --output. On a GPU machine (--device cuda) each round is one rank a
+backend on the first GPU, which averages nothing; --model times that model's whole steps too (host_costs_rank.py).
 """
 
 import argparse
@@ -22,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -37,17 +34,6 @@ FILE = "host-costs.json"
 RANK = Path(__file__).with_name("host_costs_rank.py")
 TENSORS = (20, 161, 640)
 """A small model's parameter count, ResNet-50's (161) and a large one's."""
-
-
-def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Least squares' (slope, intercept) of y on x."""
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
-    return slope, my - slope * mx
-
-
 ARMS = {"native": {}, "horovod": {}, "horovod-async": {"HOROVOD_ENABLE_ASYNC_COMPLETION": "1"}}
 """Each arm's environment beside its backend: on a GPU, Horovod also with async completion (its finalizer records an
 event for the stream to wait on rather than waiting on the host: horovod/common/ops/gpu_operations.cc,
@@ -97,8 +83,9 @@ def per_round(lines: list[dict[str, float]]) -> dict[str, float]:
         at = f"{line['model']}_b{line['batch']}"
         whole.update({f"plain_step_s_{at}": line["plain_step"], f"framework_step_s_{at}": line["step"],
                       f"step_extra_s_{at}": line["step"] - line["plain_step"]})
-    hook, _ = fit([(r["tensors"], r["backward"] - r["plain_backward"]) for r in found])
-    end_slope, end_fixed = fit([(r["tensors"], r["step"] - r["plain_step"]) for r in found])
+    counts = [r["tensors"] for r in found]
+    hook, _ = statistics.linear_regression(counts, [r["backward"] - r["plain_backward"] for r in found])
+    end_slope, end_fixed = statistics.linear_regression(counts, [r["step"] - r["plain_step"] for r in found])
     return {"hook_s_per_gradient": hook, "step_end_s_per_gradient": end_slope, "step_end_fixed_s": end_fixed,
             **{f"step_end_s_at_{r['tensors']}": r["step"] - r["plain_step"] for r in found},
             **{f"backward_extra_s_at_{r['tensors']}": r["backward"] - r["plain_backward"] for r in found}, **whole}

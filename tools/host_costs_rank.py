@@ -87,38 +87,38 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def wrapped(module: torch.nn.Module) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """The framework's model and optimizer around `module`."""
+def pair(make) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.nn.Module, torch.optim.Optimizer]:
+    """Two copies of `make()` from the same seed: the plain one with its optimizer, and the framework's model and
+    optimizer around the other."""
+    torch.manual_seed(0)
+    plain, module = make().to(device), make().to(device)
+    plain_opt = torch.optim.SGD(plain.parameters(), lr=0.01)
     if args.backend == "horovod":
         hvd.broadcast_parameters(module.state_dict(), root_rank=0)  # Horovod: rank 0's weights everywhere
         opt = hvd.DistributedOptimizer(torch.optim.SGD(module.parameters(), lr=0.01),
                                        named_parameters=module.named_parameters())
         if hvd.size() == 1:
             opt._register_hooks()  # Horovod: it hooks only past one rank; one GPU times its hooks as two would
-        return module, opt
+        return plain, plain_opt, module, opt
     ids = [local] if args.device == "cuda" else None
     model = torch.nn.parallel.DistributedDataParallel(module, device_ids=ids)  # DDP: broadcasts rank 0's weights
-    return model, torch.optim.SGD(model.parameters(), lr=0.01)
+    return plain, plain_opt, model, torch.optim.SGD(model.parameters(), lr=0.01)
 
 
 def tiny(n: int) -> dict[str, float]:
-    torch.manual_seed(0)
-    plain, framework = Tiny(n).to(device), Tiny(n).to(device)
-    plain_opt = torch.optim.SGD(plain.parameters(), lr=0.01)
-    model, opt = wrapped(framework)
+    plain, plain_opt, model, opt = pair(lambda: Tiny(n))
     x = torch.randn(WIDTH, device=device)
     found: dict[str, list[float]] = {"backward": [], "step": [], "plain_backward": [], "plain_step": []}
+
+    def times(net: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[float, float]:
+        optimizer.zero_grad()
+        back = timed(net(x).backward)
+        time.sleep(SETTLE_S[args.device])  # in both arms: a step after a sleep has colder caches
+        return back, timed(optimizer.step)
+
     for step in range(args.warmup + args.steps):
-        plain_opt.zero_grad()
-        loss = plain(x)
-        plain_back = timed(loss.backward)
-        time.sleep(SETTLE_S[args.device])  # as before the framework's step: a step after a sleep has colder caches
-        plain_step = timed(plain_opt.step)
-        opt.zero_grad()
-        loss = model(x)
-        back = timed(loss.backward)
-        time.sleep(SETTLE_S[args.device])
-        end = timed(opt.step)
+        plain_back, plain_step = times(plain, plain_opt)
+        back, end = times(model, opt)
         if step >= args.warmup:
             for key, value in zip(found, (back, end, plain_back, plain_step)):
                 found[key].append(value)
@@ -130,11 +130,7 @@ def whole_steps(name: str) -> dict[str, object]:
     steps."""
     import torchvision
 
-    torch.manual_seed(0)
-    plain = torchvision.models.get_model(name, weights=None).to(device)
-    framework = torchvision.models.get_model(name, weights=None).to(device)
-    model, opt = wrapped(framework)
-    plain_opt = torch.optim.SGD(plain.parameters(), lr=0.01)
+    plain, plain_opt, model, opt = pair(lambda: torchvision.models.get_model(name, weights=None))
     x = torch.randn(args.batch, 3, 224, 224, device=device)
     y = torch.randint(0, 1000, (args.batch,), device=device)
     loss_fn = torch.nn.CrossEntropyLoss()

@@ -47,9 +47,10 @@ LATENCY_RANGE = (0.5, 1.0, 2.0)
 """The assumed links' bandwidths are known to ±25 % and their latencies (NVLink's and the NIC's hop, Horovod's
 negotiation) to a factor of 2: published_check fits the constants at every pair of these bounds, and a prediction's
 range spans every fit."""
-CHECK = Path(__file__).resolve().parents[2] / "docs" / "results" / "published-gpu" / "check.json"
-HOST_COSTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "host-costs" / "host-costs.json"
-GPU_HOST_COSTS = HOST_COSTS.parent.parent / "gpu-nvidia-h200" / "host-costs.json"
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+CHECK = RESULTS / "published-gpu" / "check.json"
+HOST_COSTS = RESULTS / "host-costs" / "host-costs.json"
+GPU_HOST_COSTS = RESULTS / "gpu-nvidia-h200" / "host-costs.json"
 """The same benchmark on a GPU node's host: one rank on an H200 (tools/host_costs.py --device cuda)."""
 
 
@@ -245,12 +246,10 @@ def link(cluster: Cluster, fit: Constants) -> Link:
     """One allreduce over every GPU, as NCCL's ring: inside one node over NVLink, across nodes at the slower of the
     node's link and NVLink (the ring crosses each node's link once each way); at the fit's share of the assumed
     bandwidths and latencies."""
-    intra = cluster.intra_node_busbw_gbyte_s * 1e9
-    if cluster.nodes == 1:
-        return Link(NVLINK_LATENCY_S * fit.latency, intra * fit.bandwidth, cluster.gpus, FUSION_COPY_BYTES_PER_S)
-    inter = cluster.inter_node_gbit_s * 1e9 / 8 * NIC_EFFICIENCY
-    return Link(NIC_LATENCY_S * fit.latency, min(intra, inter) * fit.bandwidth, cluster.gpus,
-                FUSION_COPY_BYTES_PER_S)
+    latency, bandwidth = NVLINK_LATENCY_S, cluster.intra_node_busbw_gbyte_s * 1e9
+    if cluster.nodes > 1:
+        latency, bandwidth = NIC_LATENCY_S, min(bandwidth, cluster.inter_node_gbit_s * 1e9 / 8 * NIC_EFFICIENCY)
+    return Link(latency * fit.latency, bandwidth * fit.bandwidth, cluster.gpus, FUSION_COPY_BYTES_PER_S)
 
 
 def overlapped_s(schedule: Schedule) -> float:
@@ -272,16 +271,13 @@ def steps(cluster: Cluster, shape: dict[str, Any], fit: Constants, measured: Hos
     # Horovod registers its hooks, and so walks handles at the step's end, only past one rank (optimizer.py)
     alone = cluster.gpus == 1  # one rank averages nothing: the one-GPU figure is its step, whatever DDP adds in it
     block = 0.0 if alone else fit.step_end_scale * host_share * measured.at(len(grads))
-    parts = {}
+    parts: dict[str, Any] = {"one_gpu_step_s": one}
     for name, schedule, extra in (("native", native, 0.0), ("horovod", horovod, block + copy_s)):
         overlap = 0.0 if alone else fit.overlap_cost * overlapped_s(schedule)
         wait = 0.0 if alone else schedule.wait_s
-        total = one + wait + overlap + extra
-        parts[name] = {"step_s": total, "wait_s": wait, "overlap_s": overlap,
+        parts[name] = {"step_s": one + wait + overlap + extra, "wait_s": wait, "overlap_s": overlap,
                        "allreduces": len(schedule.allreduces), "cycles": schedule.notes.get("cycles", 0)}
-    parts["horovod"]["host_block_s"] = block
-    parts["horovod"]["copy_s"] = copy_s
-    parts["one_gpu_step_s"] = one
+    parts["horovod"].update(host_block_s=block, benchmark_copy_s=copy_s)
     return parts
 
 
@@ -297,25 +293,20 @@ def predict(cluster: Cluster, shape: dict[str, Any], fits: tuple[Constants, ...]
               for fit in fits for rate in cluster.one_gpu_rates()
               for h, c in ((measured.low, copy_s[0]), (measured.high, copy_s[2]))]
     ratios = [s["horovod"]["step_s"] / s["native"]["step_s"] for _, s in spread]
-    batch, one_rate = cluster.batch_per_gpu, cluster.one_gpu_images_per_s
+    batch = cluster.batch_per_gpu
     out: dict[str, Any] = {}
     for name in BACKENDS:
         per_gpu = batch / middle[name]["step_s"]
-        out[name] = {"images_per_s_per_gpu": per_gpu, "scaling_efficiency": per_gpu / one_rate,
-                     "images_per_s_per_gpu_range": [min(batch / s[name]["step_s"] for _, s in spread),
-                                                    max(batch / s[name]["step_s"] for _, s in spread)],
-                     "scaling_range": [min(batch / s[name]["step_s"] / rate for rate, s in spread),
-                                       max(batch / s[name]["step_s"] / rate for rate, s in spread)],
-                     "step_ms": 1000 * middle[name]["step_s"], "wait_ms": 1000 * middle[name]["wait_s"],
-                     "overlap_ms": 1000 * middle[name]["overlap_s"], "allreduces": middle[name]["allreduces"],
-                     "cycles": middle[name]["cycles"]}
-    out["horovod"]["host_block_ms"] = 1000 * middle["horovod"]["host_block_s"]
-    out["horovod"]["benchmark_copy_ms"] = 1000 * middle["horovod"]["copy_s"]
-    value = middle["horovod"]["step_s"] / middle["native"]["step_s"]
-    out["native_over_horovod"] = {"value": value, "low": min(ratios), "high": max(ratios)}
-    out["deciding"] = deciding(middle)
-    out["one_gpu_step_ms"] = 1000 * middle["one_gpu_step_s"]
-    return out
+        rates = [batch / s[name]["step_s"] for _, s in spread]
+        scalings = [batch / s[name]["step_s"] / rate for rate, s in spread]
+        out[name] = {"images_per_s_per_gpu": per_gpu, "scaling_efficiency": per_gpu / cluster.one_gpu_images_per_s,
+                     "images_per_s_per_gpu_range": [min(rates), max(rates)],
+                     "scaling_range": [min(scalings), max(scalings)],
+                     **{key[:-2] + "_ms" if key.endswith("_s") else key: 1000 * value if key.endswith("_s") else value
+                        for key, value in middle[name].items()}}  # the step's parts, its times in ms
+    out["native_over_horovod"] = {"value": middle["horovod"]["step_s"] / middle["native"]["step_s"],
+                                  "low": min(ratios), "high": max(ratios)}
+    return {**out, "deciding": deciding(middle), "one_gpu_step_ms": 1000 * middle["one_gpu_step_s"]}
 
 
 def limits(cluster: Cluster, made: dict[str, Any], checked_by: Checked) -> dict[str, Any]:
@@ -341,13 +332,13 @@ def deciding(parts: dict[str, Any]) -> str:
         "the averaging's wait after backward (Horovod's cycle and negotiation, DDP's last bucket)":
             horovod["wait_s"] - native["wait_s"],
         "the averaging beside backward, which slows it": horovod["overlap_s"] - native["overlap_s"],
-        "the benchmark's own copy in Horovod's arm (pageable memory)": horovod["copy_s"],
+        "the benchmark's own copy in Horovod's arm (pageable memory)": horovod["benchmark_copy_s"],
     }
     name, value = max(terms.items(), key=lambda kv: abs(kv[1]))
     gap = horovod["step_s"] - native["step_s"]
     if abs(gap) < 1e-4 * native["step_s"]:
         return "nothing: the two steps are the same within 0.01 %"
-    replayed = gap - horovod["host_block_s"] - horovod["copy_s"]
+    replayed = gap - horovod["host_block_s"] - horovod["benchmark_copy_s"]
     return (f"{name}, {1000 * value:+.2f} ms to Horovod's step beside DDP's (+ where Horovod pays more; the steps "
             f"{1000 * horovod['step_s']:.1f} and {1000 * native['step_s']:.1f} ms; of the {1000 * gap:+.2f} ms "
             f"between them the fitted step end is {1000 * horovod['host_block_s']:+.2f} and the replayed schedule "

@@ -11,16 +11,8 @@ intra_node_busbw_gbyte_s and inter_node_gbit_s, and optionally one_gpu_images_pe
 figure may be off); experiments/gpu_model/gpu_cluster.py predicts it, with the constants fitted on published GPU runs
 (docs/results/published-gpu/check.md), and writes prediction.json and prediction.md.
 
-Every input that was assumed rather than measured is named in the output (ASSUMED):
-- the backward's shape, each gradient's readiness as a share of backward, and the step's split into forward,
-  backward and optimizer: measured, on this machine's CPU runs (their `schedule` and `phases_s`), until a GPU machine
-  records one (make gpu-check);
-- the step's length on one GPU: published (STEPS), scaled to the model's batch;
-- the links: published NCCL bus bandwidths and latencies (LINKS), each a flag.
-The ranges of native ÷ Horovod and of each backend's scaling span every fit of published_check (each cluster left out,
-the links at their bounds) and the host's step end over its interval; the one-GPU figure varies only as far as the
-cluster file's own range says. Past the host-bound criterion no scaling is given, and a cluster larger than any
-published row or measurement is flagged.
+The output names every input that was assumed rather than measured: the backward's shape is measured on this
+machine's CPU runs, the one-GPU step is published (STEPS), the links are assumed (LINKS).
 """
 
 import argparse
@@ -40,6 +32,7 @@ from runtime import cli
 
 log = logging.getLogger(__name__)
 FILE = "gpu-prediction.json"
+COMMAND = "python -m experiments.gpu_model.predict_gpus "
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = REPO / "docs" / "results" / "schedule-models"
 CLASSES = 1000
@@ -67,15 +60,15 @@ LINKS = {
 """Assumed: NVLink's allreduce bus bandwidth inside an 8-GPU H100 node (nccl-tests all_reduce_perf, bus bandwidth,
 about 360-480 GB/s on HGX H100: the lower end); the rest as experiments/gpu_model/gpu_cluster.py assumes them."""
 PUBLISHED = ("ml-benchmarks' 8 paired ResNet-50 runs on 2 nodes x 4 GPUs (docs/results/published-gpu): DDP ahead in "
-             "all 8, native ÷ Horovod 1.067-1.160, against which published_check.py checks this model")
+             "all 8, native ÷ Horovod 1.067-1.160, against which experiments/gpu_model/published_check.py checks this "
+             "model")
 
 
 def shape(folder: Path, model: str) -> dict[str, Any]:
     """The measured backward of `model` in a comparison folder (or a grid's): each gradient's readiness as a share
     of backward, its bytes, and the step's split into forward, backward and optimizer, medians over the native
     runs that recorded a schedule."""
-    found = [p.parent for p in folder.glob(f"**/{runs.COMPARISON}")]
-    for each in found:
+    for each in (p.parent for p in folder.glob(f"**/{runs.COMPARISON}")):
         comparison = runs.load(each)
         if comparison["settings"]["config"]["model"] != model:
             continue
@@ -109,10 +102,7 @@ def shape(folder: Path, model: str) -> dict[str, Any]:
 
 def _shown(path: Path) -> str:
     """A folder as the repository names it, where it is inside it."""
-    try:
-        return str(path.resolve().relative_to(REPO))
-    except ValueError:
-        return str(path)
+    return str(path.resolve().relative_to(REPO)) if path.resolve().is_relative_to(REPO) else str(path)
 
 
 def predict(measured: dict[str, Any], gpus: int, rate_gbit: float) -> dict[str, Any]:
@@ -124,9 +114,7 @@ def predict(measured: dict[str, Any], gpus: int, rate_gbit: float) -> dict[str, 
         one_gpu_images_per_s=published["images_per_s"], gpus_per_node=min(gpus, GPUS_PER_NODE),
         nodes=max(1, gpus // GPUS_PER_NODE), intra_node_busbw_gbyte_s=LINKS["nvlink_bytes_per_s"] / 1e9,
         inter_node_gbit_s=rate_gbit)
-    checked = gpu_cluster.checked()
-    made = gpu_cluster.limits(cluster, gpu_cluster.predict(cluster, measured, checked.fits, gpu_cluster.host()),
-                              checked)
+    made = _predicted(cluster, measured)
     native, horovod, ratio = made["native"], made["horovod"], made["native_over_horovod"]
     return {"model": measured["model"], "gpus": gpus, "rate_gbit": rate_gbit if gpus > GPUS_PER_NODE else None,
             "native_step_ms": native["step_ms"], "horovod_step_ms": horovod["step_ms"],
@@ -134,12 +122,18 @@ def predict(measured: dict[str, Any], gpus: int, rate_gbit: float) -> dict[str, 
                 ("per_gpu", "images_per_s_per_gpu"), ("per_gpu_range", "images_per_s_per_gpu_range"),
                 ("scaling", "scaling_efficiency"), ("scaling_range", "scaling_range"))},
             "ratio": ratio["value"], "range": [ratio["low"], ratio["high"]],
-            "native_wait_ms": native["wait_ms"], "horovod_wait_ms": horovod["wait_ms"],
-            "native_overlap_ms": native["overlap_ms"], "horovod_overlap_ms": horovod["overlap_ms"],
+            **{f"{name}_{key}": made[name][key] for key in ("wait_ms", "overlap_ms") for name in BACKENDS},
             "horovod_host_block_ms": horovod["host_block_ms"], "deciding": made["deciding"],
             "buckets": native["allreduces"], "fused_buffers": horovod["allreduces"],
             "horovod_cycles": horovod["cycles"], "host_bound": made["host_bound"],
             "beyond_checked": made["beyond_checked"]}
+
+
+def _predicted(cluster: gpu_cluster.Cluster, measured: dict[str, Any]) -> dict[str, Any]:
+    """gpu_cluster's prediction of `cluster` over every fit of the published check, as far as that check reaches."""
+    checked = gpu_cluster.checked()
+    return gpu_cluster.limits(cluster, gpu_cluster.predict(cluster, measured, checked.fits, gpu_cluster.host()),
+                              checked)
 
 
 def render(folder: Path) -> str | None:
@@ -250,8 +244,8 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     plots.save(fig, path)
 
 
-def published_said() -> str:
-    """The published check's validation in one sentence, from its check.json."""
+def published() -> tuple[str, dict[str, float]]:
+    """The published check's validation in one sentence, and its calibration fit's constants, from its check.json."""
     check = json.loads(gpu_cluster.CHECK.read_text())
     v, bar = check["validation"], check["bar"]
     left = "; ".join(f"{name} left out, the fit on {o['fit']} put native ÷ Horovod within the bar on "
@@ -261,7 +255,8 @@ def published_said() -> str:
             f"native ÷ Horovod within {100 * bar['ratio']:.0f} % on {v['met']['ratio']} of {v['paired']}, the "
             f"largest error {100 * v['worst']['ratio_error']:.1f} %; DDP's scaling within "
             f"{100 * bar['scaling']:.0f} points on {v['met']['ddp_scaling']} of {v['rows']}, the largest error "
-            f"{100 * v['worst']['ddp_scaling_error']:.1f} points. Each cluster left out: {left}.")
+            f"{100 * v['worst']['ddp_scaling_error']:.1f} points. Each cluster left out: {left}.",
+            {name: c["value"] for name, c in check["fitted"].items()})
 
 
 def cluster_page(doc: dict[str, Any]) -> str:
@@ -307,13 +302,10 @@ def cluster_main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--cluster {args.cluster}: no backward of {cluster.model} is recorded in {args.measured}; "
                           f"model may be one of {', '.join(recorded)}")
     shape_of = shape(args.measured, cluster.model)
-    checked = gpu_cluster.checked()
-    made = gpu_cluster.limits(cluster, gpu_cluster.predict(cluster, shape_of, checked.fits, gpu_cluster.host()),
-                              checked)
-    doc = {"schema_version": 2, "command": "python -m experiments.gpu_model.predict_gpus " + " ".join(sys.argv[1:]),
-           "cluster": cluster.given(), **made, "shape_from": shape_of["from"],
-           "constants": {name: c["value"] for name, c in json.loads(gpu_cluster.CHECK.read_text())["fitted"].items()},
-           "checked_against": published_said()}
+    said, constants = published()
+    doc = {"schema_version": 2, "command": COMMAND + " ".join(sys.argv[1:]), "cluster": cluster.given(),
+           **_predicted(cluster, shape_of), "shape_from": shape_of["from"], "constants": constants,
+           "checked_against": said}
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "prediction.json").write_text(json.dumps(doc, indent=1) + "\n")
     page = cluster_page(doc)
@@ -329,7 +321,7 @@ def _folder(text: str) -> Path:
 
 
 def parser() -> cli.Parser:
-    out = cli.Parser(description=__doc__.split("\n\n")[0], prog="python -m experiments.gpu_model.predict_gpus",
+    out = cli.Parser(description=__doc__.split("\n\n")[0], prog=COMMAND.strip(),
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     out.add_argument("measured", type=Path, nargs="?", default=SHAPES,
                      help="a folder of comparisons (or grids) whose native runs recorded a schedule: resnet50 and "
@@ -363,11 +355,11 @@ def main() -> int:
             said += (" The published GPU runs above are this prediction's check: on 2 CPU cores a rank's averaging "
                      "shares the cores with its own backward, and few waits here are measured precisely enough to "
                      "judge a model by (docs/cluster.md).")
-    doc = {"schema_version": 1, "command": "python -m experiments.gpu_model.predict_gpus " + " ".join(sys.argv[1:]),
-           "rows": rows, "assumed": {"steps": STEPS, "links": LINKS}, "validation": said,
+    checked, constants = published()
+    doc = {"schema_version": 1, "command": COMMAND + " ".join(sys.argv[1:]), "rows": rows,
+           "assumed": {"steps": STEPS, "links": LINKS}, "validation": said,
            "measured_shapes_from": {s["model"]: s["from"] for s in shapes}, "published": PUBLISHED,
-           "published_check": published_said(), "constants": {
-               name: c["value"] for name, c in json.loads(gpu_cluster.CHECK.read_text())["fitted"].items()},
+           "published_check": checked, "constants": constants,
            "parameters": {m: models.parameters(m, image_size=224, num_classes=CLASSES) for m in STEPS}}
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / FILE).write_text(json.dumps(doc, indent=1) + "\n")

@@ -13,10 +13,12 @@ it: that copy is added to Horovod's arm of these rows alone, priced by clusters.
 
 import argparse
 import csv
+import itertools
 import json
 import logging
 import statistics
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -108,24 +110,23 @@ def fit(paired: list[dict[str, Any]], shape: dict[str, Any], host: gpu_cluster.H
     overlap = bisect("overlap_cost", scaling_error, 0.0, 5.0)
 
     def ratio_error(scale: float) -> float:
-        return statistics.fmean((lambda s: s["horovod"]["step_s"] / s["native"]["step_s"])(
-            middle(r, Constants(overlap, scale, bandwidth, latency))) - r["ratio"] for r in paired)
+        made = [middle(r, Constants(overlap, scale, bandwidth, latency)) for r in paired]
+        return statistics.fmean(s["horovod"]["step_s"] / s["native"]["step_s"] - r["ratio"]
+                                for r, s in zip(paired, made))
     return Constants(overlap, bisect("step_end_scale", ratio_error, -100.0, 100.0), bandwidth, latency, on)
 
 
 def fits(paired: list[dict[str, Any]], shape: dict[str, Any], host: gpu_cluster.Host) -> list[Constants]:
     """The calibration rows' fit at the assumed links first, then a fit leaving each cluster out in turn at every pair
     of the links' bounds (LINK_RANGE, LATENCY_RANGE), each made once."""
-    def on(group: list[dict[str, Any]]) -> tuple[str, ...]:
-        return tuple(sorted({r["name"] for r in group}))
-    calibration = [r for r in paired if r["part"] == "calibration"]
-    made = {(on(calibration), 1.0, 1.0): fit(calibration, shape, host)}
-    for left in sorted({r["name"] for r in paired}):
+    calibration = fit([r for r in paired if r["part"] == "calibration"], shape, host)
+    made = {(calibration.on, 1.0, 1.0): calibration}
+    for left, bandwidth, latency in itertools.product(sorted({r["name"] for r in paired}), gpu_cluster.LINK_RANGE,
+                                                      gpu_cluster.LATENCY_RANGE):
         rest = [r for r in paired if r["name"] != left]
-        for bandwidth in gpu_cluster.LINK_RANGE:
-            for latency in gpu_cluster.LATENCY_RANGE:
-                if (on(rest), bandwidth, latency) not in made:
-                    made[on(rest), bandwidth, latency] = fit(rest, shape, host, bandwidth, latency)
+        on = " and ".join(sorted({r["name"] for r in rest}))
+        if (on, bandwidth, latency) not in made:
+            made[on, bandwidth, latency] = fit(rest, shape, host, bandwidth, latency)
     return list(made.values())
 
 
@@ -190,13 +191,12 @@ def check(folder: Path) -> dict[str, Any]:
             "fitted": {"overlap_cost": {"value": made[0].overlap_cost, "fitted_on": "calibration: DDP's mean scaling"},
                        "step_end_scale": {"value": made[0].step_end_scale,
                                           "fitted_on": "calibration: the mean native ÷ Horovod"}},
-            "fits": [{"overlap_cost": f.overlap_cost, "step_end_scale": f.step_end_scale, "bandwidth": f.bandwidth,
-                      "latency": f.latency, "on": f.on} for f in made],
+            "fits": [asdict(f) for f in made],
             "host": {"ms_at": {str(n): 1000 * y for n, y in host.points}},
             "shape_from": shape["from"], "rows": checked, "validation": verdict(held_out), "left_out": left_out,
             "host_bound": bound,
-            "covers": {key: max(getattr(r["cluster"], key) for r in found) for key in ("gpus_per_node", "nodes",
-                                                                                       "gpus")},
+            "covers": {key: max(getattr(r["cluster"], key) for r in found)
+                       for key in ("gpus_per_node", "nodes", "gpus")},
             "bar": {"ratio": RATIO_BAR, "scaling": SCALING_BAR}}
 
 
@@ -314,14 +314,12 @@ def misses(doc: dict[str, Any]) -> str:
     rows = [r for r in doc["rows"] if r["id"] not in doc["host_bound"]["rows"]]
     paired = [r for r in rows if r["ratio_error"] is not None]
     validation = [r for r in paired if r["part"] == "validation"]
-    calibration = [r for r in paired if r["part"] == "calibration"]
     ddp = [100 * r["ddp_scaling_error"] for r in validation]
     high = statistics.fmean(ddp) > 0
-    step = {part: statistics.fmean(r["one_gpu_step_ms"] for r in group)
-            for part, group in (("validation", validation), ("calibration", calibration))}
+    step = {part: statistics.fmean(r["one_gpu_step_ms"] for r in paired if r["part"] == part) for part in PARTS}
     longer = step["validation"] > step["calibration"]
-    lost = {part: 1 - statistics.fmean(r["published"]["ddp_scaling"] for r in group)
-            for part, group in (("validation", validation), ("calibration", calibration))}
+    lost = {part: 1 - statistics.fmean(r["published"]["ddp_scaling"] for r in paired if r["part"] == part)
+            for part in PARTS}
     # the link's time weighs less on a longer step: the model's scaling rises with the step, not the published one's
     explained = high == longer
     said = [f"On the validation rows with a Horovod arm the model puts DDP's scaling {min(ddp):+.1f} to "
@@ -338,8 +336,7 @@ def misses(doc: dict[str, Any]) -> str:
     slowest = all(worst["published"][k] == min(r["published"][k] for r in day)
                   for k in ("ddp_scaling", "horovod_scaling"))
     said.append(f"The largest ratio error is {worst['id']} ({100 * worst['ratio_error']:+.1f} %), "
-                + ("the day that cluster's two backends both ran slowest" if slowest else
-                   "not the day that cluster's two backends both ran slowest")
+                + f"{'' if slowest else 'not '}the day that cluster's two backends both ran slowest"
                 + f" (DDP's scaling {worst['published']['ddp_scaling']:.3f}, Horovod's "
                 f"{worst['published']['horovod_scaling']:.3f}); the model's only input that day is its one-GPU "
                 f"figure, {worst['one_gpu_images_per_s']:,.0f} img/s.")

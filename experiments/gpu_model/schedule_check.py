@@ -6,9 +6,8 @@ with the simplest rival's beside them (the wait is the averaging alone: nothing 
     python -m experiments.gpu_model.schedule_check results/<run-id> results/<grid-id> \
         --output docs/results/schedule-check.md
 
-A point is judged only where it was measured precisely: its 95 % interval over the runs within ±10 % of its value
-(or within FLOOR_MS of it, for a wait near 0). It matches when the prediction is within 10 % of the measured figure, or
-within FLOOR_MS of it. Points measured less precisely are listed as such and counted apart. Trains nothing.
+A point is judged only where it was measured precisely, and matches within the same bar (BAR, FLOOR_MS); points
+measured less precisely are listed as such and counted apart. Trains nothing.
 """
 
 import logging
@@ -56,34 +55,27 @@ class Point:
     runs: int
     unit: str = "ms"
 
+    def allowed(self) -> float:
+        """How far from the measured figure still counts as it: BAR of it, or FLOOR_MS where that is more (waits, not
+        counts)."""
+        return max(BAR * abs(self.measured_ms), FLOOR_MS if self.unit == "ms" else 0.0)
+
     @property
     def precise(self) -> bool:
         """Measured precisely enough to judge a prediction against: its interval within the bar."""
-        if self.interval_ms is None:
-            return False
-        return (self.interval_ms[1] - self.interval_ms[0]) / 2 <= allowed(self.measured_ms, self.unit)
+        return self.interval_ms is not None and (self.interval_ms[1] - self.interval_ms[0]) / 2 <= self.allowed()
+
+    def matches(self, value: float | None) -> bool:
+        """Whether `value` is within the bar of the measured figure, judged only where that was measured precisely."""
+        return self.precise and value is not None and abs(value - self.measured_ms) <= self.allowed()
 
     @property
     def passed(self) -> bool:
-        return self.precise and within(self.replayed_ms, self.measured_ms, self.unit)
-
-    @property
-    def contended_passed(self) -> bool:
-        return self.precise and self.contended_ms is not None and within(self.contended_ms, self.measured_ms,
-                                                                         self.unit)
+        return self.matches(self.replayed_ms)
 
     @property
     def rival_passed(self) -> bool:
-        return self.precise and self.rival_ms is not None and within(self.rival_ms, self.measured_ms, self.unit)
-
-
-def allowed(measured: float, unit: str) -> float:
-    """How far from `measured` still counts as it: BAR of it, or FLOOR_MS where that is more (waits, not counts)."""
-    return max(BAR * abs(measured), FLOOR_MS if unit == "ms" else 0.0)
-
-
-def within(predicted: float, measured: float, unit: str = "ms") -> bool:
-    return abs(predicted - measured) <= allowed(measured, unit)
+        return self.matches(self.rival_ms)
 
 
 def gradients(schedule: dict[str, Any]) -> list[Gradient]:
@@ -107,39 +99,43 @@ def in_step_link(doc: dict[str, Any], ranks: int) -> Link | None:
              if a.get("finished_s") is not None and a["finished_s"] > a["launched_s"]]
     if len({x for x, _ in found}) < 2:
         return None
-    mx, my = statistics.fmean(x for x, _ in found), statistics.fmean(y for _, y in found)
-    slope = sum((x - mx) * (y - my) for x, y in found) / sum((x - mx) ** 2 for x, _ in found)
+    slope, intercept = statistics.linear_regression(*zip(*found))
     if slope <= 0:
         return None
-    latency = max(0.0, my - slope * mx) / (2 * (ranks - 1))
-    return Link(latency_s=latency, bytes_per_s=1 / slope, ranks=ranks)
+    return Link(latency_s=max(0.0, intercept) / (2 * (ranks - 1)), bytes_per_s=1 / slope, ranks=ranks)
 
 
-def replay(run: dict[str, Any], doc: dict[str, Any], config: dict[str, Any], contended: Link | None
-           ) -> tuple[float, Schedule, Schedule | None, float] | None:
-    """A run's (measured wait, its schedule replayed under a link fitted to its averaging alone, replayed under the
-    `contended` link, the simplest rival's wait), seconds; None where it recorded no schedule or no averaging alone."""
+WAIT, COUNT, LAG = "wait after backward", "allreduces a step", "fused buffer's launch after its last gradient"
+SHOWN = ((WAIT, "ms", 1000), (COUNT, "count", 1), (LAG, "ms", 1000))
+"""The figures checked per arm, each with its unit and its scale from what a run records."""
+PAIRED = "backward's compute + wait"
+"""Checked as native − Horovod's, not per arm."""
+
+
+def figures(run: dict[str, Any], doc: dict[str, Any], config: dict[str, Any], contended: Link | None
+            ) -> dict[str, list[float | None]]:
+    """A run's checked figures, each as (measured, replayed under a link fitted to its averaging alone, replayed under
+    the `contended` link, the simplest rival's), seconds or counts: its wait, its backward's compute plus that wait
+    (PAIRED, for native − Horovod), and where it recorded its allreduces how many a step and Horovod's launch after
+    a fused buffer's last gradient; empty where it recorded no schedule or no averaging alone."""
     schedule, overlap = doc.get("schedule"), run.get("overlap") or {}
     if not schedule or not overlap.get("comm_alone_s"):
-        return None
+        return {}
     grads, wire = gradients(schedule), WIRE[run["backend"]][config.get("compression", "none")]
-    ranks, alone = run["workers"], overlap["comm_alone_s"]
+    ranks, alone, end = run["workers"], overlap["comm_alone_s"], computed(run, schedule)
     # The link whose averaging alone, replayed, is the measured one (no per-message latency).
     fitted = 2 * (ranks - 1) / ranks * wire * sum(g.bytes for g in grads) / alone
-    found = [_replayed(run["backend"], grads, wire, computed(run, schedule), link, config, doc) if link else None
-             for link in (Link(0.0, fitted, ranks), contended)]
-    return schedule["wait_s"], found[0], found[1], alone
-
-
-def recorded(schedule: dict[str, Any]) -> tuple[float, float | None] | None:
-    """What a run's recorded allreduces say over its kept steps: how many a step, and for Horovod how long a fused
-    buffer waited from its last gradient's readiness to its launch (mean, seconds); None where none was recorded."""
-    steps = [s for s in schedule.get("steps", []) if s["allreduces"]]
-    if not steps:
-        return None
-    count = statistics.fmean(len(s["allreduces"]) for s in steps)
-    launches = fused_launches(schedule)
-    return count, statistics.fmean(lag for lag, _, _ in launches) if launches else None
+    replayed, inside = (_replayed(run["backend"], grads, wire, end, link, config, doc) if link else None
+                        for link in (Link(0.0, fitted, ranks), contended))
+    wait = [schedule["wait_s"], replayed.wait_s, inside and inside.wait_s, alone]
+    out = {WAIT: wait, PAIRED: [None if w is None else end + w for w in wait]}
+    if steps := [s for s in schedule.get("steps", []) if s["allreduces"]]:  # the kept steps' recorded allreduces
+        out[COUNT] = [statistics.fmean(len(s["allreduces"]) for s in steps), len(replayed.allreduces),
+                      inside and len(inside.allreduces), None]
+        if launches := fused_launches(schedule):
+            out[LAG] = [statistics.fmean(lag for lag, _, _ in launches), replayed_lag(replayed),
+                        inside and replayed_lag(inside), None]
+    return out
 
 
 def fused_launches(schedule: dict[str, Any]) -> list[tuple[float, float, bool]]:
@@ -166,9 +162,7 @@ def computed(run: dict[str, Any], schedule: dict[str, Any]) -> float:
     """Where backward's computing ended, from which the wait counts: for DDP its last gradient's readiness (its
     backward() returns only once the buckets are averaged, and its wait is timed from its last bucket), for Horovod
     the return of backward()."""
-    if run["backend"] == "native":
-        return max(schedule["ready_s"].values())
-    return schedule["backward_end_s"]
+    return max(schedule["ready_s"].values()) if run["backend"] == "native" else schedule["backward_end_s"]
 
 
 def _replayed(backend: str, grads: list[Gradient], wire: float, end: float, link: Link, config: dict[str, Any],
@@ -193,47 +187,25 @@ def points(folder: Path) -> list[Point]:
     round's DDP run's buckets got."""
     comparison = runs.load(folder)
     config = comparison["settings"]["config"]
-    setting = _setting(comparison)
     compared = speed.compared_arms(comparison["settings"]["launchers"])
     out = []
     for n in comparison["settings"]["workers"]:
+        where = f"{_setting(comparison)}, {n} workers"
         finished = runs.finished(comparison, n)
         docs = {(arm, r["round"]): (r, _results(folder, r, config)) for arm in compared
                 for r in finished.get(arm, [])}
         links = {key: in_step_link(doc, n) for key, (_, doc) in docs.items() if doc.get("schedule")}
-        waits: dict[str, dict[int, tuple[float, tuple]]] = {}
-        counts: dict[str, dict[int, list]] = {}
-        lags: dict[str, dict[int, list]] = {}
+        found: dict[tuple[str, str], dict[int, list[float | None]]] = {}
         for (arm, round_), (run, doc) in docs.items():
             contended = links.get((arm, round_)) or links.get((compared[0], round_))
-            if not (found := replay(run, doc, config, contended)):
-                continue
-            measured, alone, inside, old = found
-            waits.setdefault(arm, {})[round_] = (computed(run, doc["schedule"]),
-                                                 (measured, alone.wait_s, inside and inside.wait_s, old))
-            if seen := recorded(doc["schedule"]):
-                counts.setdefault(arm, {})[round_] = [seen[0], len(alone.allreduces),
-                                                      inside and len(inside.allreduces), None]
-                if seen[1] is not None:
-                    lags.setdefault(arm, {})[round_] = [seen[1], replayed_lag(alone), inside and replayed_lag(inside),
-                                                        None]
-        where = f"{setting}, {n} workers"
-        for arm in compared:
-            if found := waits.get(arm):
-                out.append(_point(where, arm, "wait after backward",
-                                  {r: [w[k] for k in range(4)] for r, (_, w) in found.items()}))
-            if found := counts.get(arm):
-                out.append(_point(where, arm, "allreduces a step", found, unit="count", scale=1))
-            if found := lags.get(arm):
-                out.append(_point(where, arm, "fused buffer's launch after its last gradient", found))
-        if all(arm in waits for arm in compared):
-            native, horovod = waits[compared[0]], waits[compared[1]]
-            paired = {r: [None if native[r][1][k] is None or horovod[r][1][k] is None else
-                          (native[r][0] + native[r][1][k]) - (horovod[r][0] + horovod[r][1][k]) for k in range(4)]
-                      for r in sorted(set(native) & set(horovod))}
-            if paired:
-                out.append(_point(f"{setting}, {n} workers", "native − horovod", "backward's compute + wait",
-                                  paired))
+            for what, values in figures(run, doc, config, contended).items():
+                found.setdefault((arm, what), {})[round_] = values
+        out += [_point(where, arm, what, found[arm, what], unit, scale)
+                for arm in compared for what, unit, scale in SHOWN if (arm, what) in found]
+        native, horovod = (found.get((arm, PAIRED), {}) for arm in compared)
+        if paired := {r: [None if a is None or b is None else a - b for a, b in zip(native[r], horovod[r])]
+                      for r in sorted(set(native) & set(horovod))}:
+            out.append(_point(where, "native − horovod", PAIRED, paired))
     return out
 
 
@@ -281,21 +253,11 @@ def _point(setting: str, arm: str, what: str, values: dict[int, list[float | Non
 def _setting(comparison: dict[str, Any]) -> str:
     """A comparison's setting as the tables name it: the model, its options, the simulated nodes."""
     config, network = comparison["settings"]["config"], comparison["settings"].get("network")
-    across = [f"{network['nodes']} simulated nodes, link {network['link_rate']}"] if network else []
-    return ", ".join([config["model"], *_options(config), *across])
-
-
-def _options(config: dict[str, Any]) -> list[str]:
-    said = []
-    if config.get("bucket_mb"):
-        said.append(f"--bucket-mb {config['bucket_mb']:g}")
-    if config.get("cycle_time_ms"):
-        said.append(f"--cycle-time-ms {config['cycle_time_ms']:g}")
-    if config.get("compression", "none") != "none":
-        said.append(f"--compression {config['compression']}")
-    said += [flag for flag, on in (("--trace", config.get("trace")), ("--fused-buffers", config.get("fused_buffers")))
-             if on]
-    return said
+    said = [config["model"], *(f"--{key.replace('_', '-')} {config[key]:g}" for key in ("bucket_mb", "cycle_time_ms")
+                               if config.get(key))]
+    said += [f"--compression {config['compression']}"] if config.get("compression", "none") != "none" else []
+    said += [f"--{key.replace('_', '-')}" for key in ("trace", "fused_buffers") if config.get(key)]
+    return ", ".join(said + ([f"{network['nodes']} simulated nodes, link {network['link_rate']}"] if network else []))
 
 
 def folders(given: list[str]) -> list[Path]:
@@ -352,27 +314,22 @@ def check(given: list[str]) -> str:
 
 
 def markdown(found: list[Point], given: list[str], apart: list[list[str]]) -> str:
-    head = ("| setting | arm | figure | measured (95 % CI) | runs | precise enough | "
-            "replayed, link of the averaging alone | "
-            "replayed, link the run's allreduces got in the step | the simplest rival (the averaging alone) |")
-    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
-
-    def cell(value: float | None, passed: bool, precise: bool) -> str:
+    def cell(p: Point, value: float | None) -> str:
         if value is None:
             return "—"
-        return f"{value:.1f} ({'within' if passed else 'outside' if precise else 'not judged'})"
+        return f"{value:.1f} ({'within' if p.matches(value) else 'outside' if p.precise else 'not judged'})"
 
-    for p in found:
-        interval = f" ({p.interval_ms[0]:.1f}–{p.interval_ms[1]:.1f})" if p.interval_ms else ""
-        what = p.what if p.unit == "ms" else f"{p.what} ({p.unit})"
-        lines.append(f"| {p.setting} | {p.arm} | {what} | {p.measured_ms:.1f}{interval} | {p.runs} | "
-                     f"{'yes' if p.precise else 'no'} | {cell(p.replayed_ms, p.passed, p.precise)} | "
-                     f"{cell(p.contended_ms, p.contended_passed, p.precise)} | "
-                     f"{cell(p.rival_ms, p.rival_passed, p.precise)} |")
+    head = ["setting", "arm", "figure", "measured (95 % CI)", "runs", "precise enough",
+            "replayed, link of the averaging alone", "replayed, link the run's allreduces got in the step",
+            "the simplest rival (the averaging alone)"]
+    table = [[p.setting, p.arm, p.what if p.unit == "ms" else f"{p.what} ({p.unit})",
+              f"{p.measured_ms:.1f}" + (f" ({p.interval_ms[0]:.1f}–{p.interval_ms[1]:.1f})" if p.interval_ms else ""),
+              p.runs, "yes" if p.precise else "no", *(cell(p, v) for v in (p.replayed_ms, p.contended_ms, p.rival_ms))]
+             for p in found]
     waits = [p for p in found if p.unit == "ms" and p.rival_ms is not None]
     others = [p for p in found if p not in waits]
     judged = [[p for p in group if p.precise] for group in (waits, others)]
-    counts = [[sum(getattr(p, name) for p in group) for name in ("passed", "contended_passed", "rival_passed")]
+    counts = [[sum(p.matches(getattr(p, name)) for p in group) for name in ("replayed_ms", "contended_ms", "rival_ms")]
               for group in judged]
     out = [f"Made by `python -m experiments.gpu_model.schedule_check {' '.join(given)}` from the runs' results.json "
            "alone.", "",
@@ -390,7 +347,7 @@ def markdown(found: list[Point], given: list[str], apart: list[list[str]]) -> st
                     f"{counts[1][1]} of the {len(judged[1])} precisely measured figures of {len(others)} (allreduces "
                     f"a step; a fused buffer's launch after its last gradient), which the rival cannot say.")
     out[-1] += " Figures in ms unless they say otherwise; within or outside the bar, or not judged."
-    out += ["", *lines, ""]
+    out += ["", text.md_table(head, table), ""]
     if apart:
         head = ["setting", "fused buffers launched while backward ran", "their launch after their last gradient, ms",
                 "launched after backward's end", "their launch after their last gradient, ms",

@@ -9,7 +9,7 @@ in reverse registration order, Horovod fuses them in the order they became ready
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 MIB = 1024 * 1024
 DDP_BUCKET_BYTES = 25 * MIB
@@ -84,7 +84,7 @@ def ddp_buckets(gradients: Sequence[Gradient], cap_bytes: int = DDP_BUCKET_BYTES
     buckets: list[list[Gradient]] = []
     current: list[Gradient] = []
     size = 0
-    for gradient in sorted(gradients, key=lambda g: (g.ready_s, -g.index)):
+    for gradient in _in_readiness(gradients):
         current.append(gradient)
         size += gradient.bytes
         if size >= (first_cap_bytes if not buckets else cap_bytes):
@@ -119,7 +119,13 @@ def horovod(gradients: Sequence[Gradient], backward_end_s: float, link: Link, cy
     (controller.cc's FuseResponses; one larger than it goes alone), and runs each buffer's allreduce in turn, a fused
     buffer's copy in and out included. `phase_s`: where the first cycle falls after the step's start (a run's chance:
     horovod_over_phases spreads it)."""
-    pending = sorted(gradients, key=lambda g: (g.ready_s, -g.index))
+    def took(buffer: list[Gradient]) -> float:
+        nbytes = sum(g.bytes for g in buffer)
+        return link.allreduce_s(nbytes) + (link.copy_s(nbytes) if len(buffer) > 1 else 0.0)
+
+    pending = _in_readiness(gradients)
+    # the averaging alone: every gradient ready at once, fused up to the threshold
+    alone = negotiation_s + sum(took(buffer) for buffer in _fuse(pending, fusion_bytes))
     out: list[Allreduce] = []
     wake, cycles = phase_s, 0
     while pending:
@@ -132,14 +138,11 @@ def horovod(gradients: Sequence[Gradient], backward_end_s: float, link: Link, cy
         cycles += 1
         now = wake + negotiation_s
         for buffer in _fuse(ready, fusion_bytes):
-            nbytes = sum(g.bytes for g in buffer)
-            took = link.allreduce_s(nbytes) + (link.copy_s(nbytes) if len(buffer) > 1 else 0.0)
-            out.append(Allreduce(tuple(g.index for g in buffer), nbytes, max(g.ready_s for g in buffer), now,
-                                 now + took))
-            now += took
+            end = now + took(buffer)
+            out.append(Allreduce(tuple(g.index for g in buffer), sum(g.bytes for g in buffer),
+                                 max(g.ready_s for g in buffer), now, end))
+            now = end
         wake = max(wake + cycle_s, now)
-    alone = negotiation_s + sum(link.allreduce_s(a.bytes) + (link.copy_s(a.bytes) if len(a.indices) > 1 else 0.0)
-                                for a in _alone(gradients, fusion_bytes))
     found = _schedule("horovod", out, backward_end_s, alone)
     found.notes["cycles"] = cycles  # the cycles that found gradients ready
     return found
@@ -153,9 +156,12 @@ def horovod_over_phases(gradients: Sequence[Gradient], backward_end_s: float, li
     found = sorted((horovod(gradients, backward_end_s, link, phase_s=cycle * k / phases, **rules)
                     for k in range(phases)), key=lambda s: s.wait_s)
     middle = found[len(found) // 2]
-    mean = sum(s.wait_s for s in found) / len(found)
-    return Schedule(middle.backend, middle.allreduces, middle.backward_end_s, middle.wait_s, middle.alone_s,
-                    {**middle.notes, "mean_wait_s": mean})
+    return replace(middle, notes={**middle.notes, "mean_wait_s": sum(s.wait_s for s in found) / len(found)})
+
+
+def _in_readiness(gradients: Sequence[Gradient]) -> list[Gradient]:
+    """The gradients in the order backward made them ready; at the same moment, the later registered first."""
+    return sorted(gradients, key=lambda g: (g.ready_s, -g.index))
 
 
 def _fuse(ready: list[Gradient], fusion_bytes: int) -> list[list[Gradient]]:
@@ -171,12 +177,6 @@ def _fuse(ready: list[Gradient], fusion_bytes: int) -> list[list[Gradient]]:
             buffers.append([gradient])
             size = gradient.bytes
     return buffers
-
-
-def _alone(gradients: Sequence[Gradient], fusion_bytes: int) -> list[Allreduce]:
-    """Every gradient ready at once, as the averaging alone submits them: fused up to the threshold."""
-    return [Allreduce(tuple(g.index for g in b), sum(g.bytes for g in b), 0.0, 0.0, 0.0)
-            for b in _fuse(sorted(gradients, key=lambda g: (g.ready_s, -g.index)), fusion_bytes)]
 
 
 def _schedule(backend: str, allreduces: list[Allreduce], backward_end_s: float, alone_s: float) -> Schedule:
