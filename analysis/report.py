@@ -2,6 +2,7 @@
 
 import statistics
 from collections.abc import Callable
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -89,18 +90,12 @@ def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
     for arm, arm_runs in runs.finished(comparison, workers).items():
         first = arm_runs[0]
         last = first["epochs"][-1]
-        elapsed, reached = 0.0, None
-        for epoch in first["epochs"]:
-            elapsed += epoch["epoch_time_s"]
-            if reached is None and epoch["test_accuracy"] >= target:
-                reached = elapsed
+        elapsed = list(accumulate(epoch["epoch_time_s"] for epoch in first["epochs"]))
         steady = stats.spread([r[speed.METRIC] for r in arm_runs])
         median = statistics.median(r[speed.METRIC] for r in arm_runs)
         base = single.get(arm)
         out.append({
             "arm": arm,
-            "backend": first["backend"],
-            "launcher": first["launcher"],
             "train_loss": last["train_loss"],
             "test_accuracy": last["test_accuracy"],
             "steady": median,
@@ -108,12 +103,12 @@ def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
             "steady_max": steady["max"],
             "runs": steady["n"],
             "end_to_end_s": statistics.median(r["end_to_end_s"] for r in arm_runs),
-            "training_s": sum(epoch["epoch_time_s"] for epoch in first["epochs"]),
+            "training_s": elapsed[-1],
             "p50_ms": 1000 * statistics.median(r["epochs"][-1]["step_time_p50_s"] for r in arm_runs),
             "p95_ms": 1000 * statistics.median(r["epochs"][-1]["step_time_p95_s"] for r in arm_runs),
             "comm_share": statistics.median(r["epochs"][-1]["comm_share"] for r in arm_runs),
-            "time_to_target_s": reached,
-            "peak_rss_mb": max(first["peak_rss_mb_per_worker"]),
+            "time_to_target_s": next((t for t, epoch in zip(elapsed, first["epochs"])
+                                      if epoch["test_accuracy"] >= target), None),
             "peak_rss_per_rank": [max(ranks) for ranks in zip(*(r["peak_rss_bytes"] for r in arm_runs
                                                               if r.get("peak_rss_bytes")))],
             "overlap": _median_overlap([r.get("overlap") for r in arm_runs]),
@@ -148,9 +143,7 @@ def table(comparison: dict[str, Any], workers: int) -> str:
         columns.append(("scaling efficiency", lambda r: f"{100 * r['scaling']:.0f}%" if r["scaling"] is not None
                         else "—"))
     columns.append(("buffers identical", lambda r: "yes" if r["buffers_identical"] else "no"))
-    lines = ["| " + " | ".join(name for name, _ in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r) for _, cell in columns) + " |" for r in found]
-    return "\n".join(lines)
+    return text.md_table([name for name, _ in columns], [[cell(r) for _, cell in columns] for r in found])
 
 
 def steady_text(r: dict[str, Any]) -> str:
@@ -197,14 +190,11 @@ def cost_line(comparison: dict[str, Any], workers: int) -> str | None:
     cost = comparison.get("cpu_cost", {}).get(str(workers))
     if not cost:
         return None
-    floor = comparison.get("noise_floor_cpu", {}).get(str(workers), {})
-    widths = [stats.stored_half_width(e) for e in floor.values() if e["ci95"] is not None]
-    speed_floor = comparison.get("noise_floor", {}).get(str(workers), {})
-    speed_widths = [stats.stored_half_width(e) for e in speed_floor.values() if e["ci95"] is not None]
-    aa = (f" A/A resolution of this figure: ±{100 * max(widths):.1f} % (throughput's: "
-          f"±{100 * max(speed_widths):.1f} %), so CPU cost resolves "
-          f"{'finer' if max(widths) < max(speed_widths) else 'no finer'} than throughput here." if widths and
-          speed_widths else "")
+    cpu = stats.resolution(comparison.get("noise_floor_cpu", {}).get(str(workers), {}))
+    steady = stats.resolution(comparison.get("noise_floor", {}).get(str(workers), {}))
+    aa = (f" A/A resolution of this figure: ±{100 * cpu:.1f} % (throughput's: ±{100 * steady:.1f} %), so CPU cost "
+          f"resolves {'finer' if cpu < steady else 'no finer'} than throughput here."
+          if cpu is not None and steady is not None else "")
     return (f"**CPU cost: {cost['sentence']}** — native ÷ Horovod {ratio_text(cost)}; {speed.CPU_TEXT}.{aa}")
 
 
@@ -248,16 +238,14 @@ def noise_line(comparison: dict[str, Any], workers: int) -> str | None:
     floor = comparison.get("noise_floor", {}).get(str(workers))
     if not floor:
         return None
-    parts, widths = [], []
+    parts = []
     for arm, estimate in floor.items():
         said = f"{arm} ÷ {arm}{AA_SUFFIX} {ratio_text(estimate)}"
-        if estimate["ci95"] is not None:
-            widths.append(stats.stored_half_width(estimate))
-            lo, hi = estimate["ci95"]
-            if not lo <= 1 <= hi:
-                said += " (the interval excludes 1: this design finds a difference where there is none)"
+        if estimate["ci95"] is not None and not estimate["ci95"][0] <= 1 <= estimate["ci95"][1]:
+            said += " (the interval excludes 1: this design finds a difference where there is none)"
         parts.append(said)
-    resolution = f"±{100 * max(widths):.1f} %" if widths else "unknown (one repeat gives no interval)"
+    width = stats.resolution(floor)
+    resolution = "unknown (one repeat gives no interval)" if width is None else f"±{100 * width:.1f} %"
     return (f"**Resolution here: {resolution}** — the A/A control, each arm against itself, interleaved as the A/B "
             f"arms are: {'; '.join(parts)}.")
 
@@ -321,52 +309,43 @@ def overhead_table(comparison: dict[str, Any], workers: int) -> str | None:
     overhead = comparison.get("launcher_overhead", {}).get(str(workers))
     if not overhead:
         return None
-    lines = ["**Ray ÷ vanilla launcher**, paired by round. A steady ratio below 1 means Ray trains slower; an "
-             "end-to-end ratio above 1 means Ray takes longer from launch to return.", "",
-             "| backend | vanilla launcher | steady samples/s, Ray ÷ vanilla | end-to-end time, Ray ÷ vanilla |",
-             "|---|---|---|---|"]
-    for key, section in overhead.items():
-        backend = section.get("backend", key)  # comparisons before mp.spawn keyed the table by backend
-        steady, end = (ratio_text(section[k]) if k in section else "—" for k in ("steady", "end_to_end"))
-        lines.append(f"| {backend} | {section['vanilla']} | {steady} | {end} |")
-    return "\n".join(lines)
+    # section.get("backend", key): comparisons before mp.spawn keyed the table by backend
+    rows = [[section.get("backend", key), section["vanilla"],
+             *(ratio_text(section[k]) if k in section else "—" for k in ("steady", "end_to_end"))]
+            for key, section in overhead.items()]
+    return ("**Ray ÷ vanilla launcher**, paired by round. A steady ratio below 1 means Ray trains slower; an "
+            "end-to-end ratio above 1 means Ray takes longer from launch to return.\n\n" + text.md_table(
+                ["backend", "vanilla launcher", "steady samples/s, Ray ÷ vanilla", "end-to-end time, Ray ÷ vanilla"],
+                rows))
 
 
 def phases_table(comparison: dict[str, Any], workers: int) -> str:
     names = [label.removeprefix("start → ").removeprefix("→ ") for label in runs.PHASE_LABELS.values()]
-    head = f"| arm | runs | {' | '.join(names)} | evaluation (total) | checkpoints (total) |"
-    lines = ["**Where the time goes**: the median over each arm's finished runs, in seconds from the launcher's start "
-             "(evaluation and checkpoints: time spent on them over the whole run). \"Ranks running\" is when the "
-             "ranks' own code began, the same moment under every launcher: it holds process start and imports "
-             "under torchrun, mp.spawn and horovodrun, and the placement of workers on Ray.", "",
-             head, "|" + "---|" * head.count(" | ") + "---|"]
-    for arm, arm_runs in runs.finished(comparison, workers).items():
-        m = runs.median_phases(arm_runs)
-        cells = " | ".join(text.seconds(m[k]) for k in (*runs.PHASE_LABELS, "eval_time_s", "checkpoint_time_s"))
-        lines.append(f"| {arm} | {len(arm_runs)} | {cells} |")
-    return "\n".join(lines)
+    rows = [[arm, len(arm_runs), *map(text.seconds, runs.median_phases(arm_runs).values())]  # the phases, then totals
+            for arm, arm_runs in runs.finished(comparison, workers).items()]
+    return ("**Where the time goes**: the median over each arm's finished runs, in seconds from the launcher's start "
+            "(evaluation and checkpoints: time spent on them over the whole run). \"Ranks running\" is when the "
+            "ranks' own code began, the same moment under every launcher: it holds process start and imports "
+            "under torchrun, mp.spawn and horovodrun, and the placement of workers on Ray.\n\n"
+            + text.md_table(["arm", "runs", *names, "evaluation (total)", "checkpoints (total)"], rows))
 
 
 def step_table(comparison: dict[str, Any], workers: int) -> str | None:
     """A step taken apart (contract/phases.py's STEP_PHASES): each arm's phases in ms, the median over its runs of
     the last epoch's means over the middle half of its steps, with what they leave of the step; then each pair of
     analysis/cause.py per part, paired by round, with its 95 % interval. None for runs that recorded no phases."""
-    found = {arm: runs.last_epochs(arm_runs, "phases_s")
-             for arm, arm_runs in runs.finished(comparison, workers).items()}
-    found = {arm: values for arm, values in found.items() if values}
+    found = {arm: values for arm, arm_runs in runs.finished(comparison, workers).items()
+             if (values := runs.last_epochs(arm_runs, "phases_s"))}
     if not found:
         return None
     names = (*STEP_PHASES, "remainder", "step")
-    head = f"| arm | runs | {' | '.join(names)} |"
+    rows = [[arm, len(values), *(f"{1000 * statistics.fmean(v[name] for v in values):.1f}" for name in names)]
+            for arm, values in found.items()]
     lines = ["**A step taken apart** (ms): each phase's mean over the middle half of the last epoch's measured steps "
              "of every rank (the quickest and slowest quarter left out, so that the parts add up to the step, which "
              "medians taken phase by phase do not), then the mean over the arm's runs, which keeps them adding up; "
              "the remainder is what a step spends outside the phases (zeroing the gradients, bookkeeping; in the "
-             "reference, its emulated averaging).", "", head,
-             "|" + "---|" * head.count(" | ") + "---|"]
-    for arm, values in found.items():
-        cells = " | ".join(f"{1000 * statistics.fmean(v[name] for v in values):.1f}" for name in names)
-        lines.append(f"| {arm} | {len(values)} | {cells} |")
+             "reference, its emulated averaging).", "", text.md_table(["arm", "runs", *names], rows)]
     for a, b in cause.pairs(comparison):
         if found := cause.difference(comparison, workers, a, b):
             lines += ["", cause.difference_line(a, b, found)]
@@ -382,40 +361,24 @@ def options_table(comparison: dict[str, Any]) -> str | None:
     if not by_arm:
         return None
     arms = sorted(by_arm, key=runs.arm_order)
-    lines = [f"| option | {' | '.join(arms)} |", "|" + "---|" * (len(arms) + 1)]
-    for name, flag in OPTION_NAMES.items():
-        if not any(name in by_arm[arm] for arm in arms):
-            continue  # an option younger than these runs
-        cells = [_option(by_arm[arm].get(name, "—")) for arm in arms]
-        lines.append(f"| `{flag}` | {' | '.join(cells)} |")
-    return "\n".join(lines)
-
-
-def _option(value: Any) -> str:
-    if value is True:
-        return "on"
-    if value is False:
-        return "off"
-    return str(value)
+    # An option none of the arms knows is younger than these runs.
+    rows = [[f"`{flag}`", *(text.option(by_arm[arm].get(name, "—")) for arm in arms)]
+            for name, flag in OPTION_NAMES.items() if any(name in by_arm[arm] for arm in arms)]
+    return text.md_table(["option", *arms], rows)
 
 
 def artifacts(comparison: dict[str, Any]) -> list[str]:
     """Links to the traces and autotune logs the runs left beside their results."""
-    out = []
-    for run in comparison["runs"]:
-        for path in run.get("artifacts", []):
-            out.append(f"- {run['arm']}, {run['workers']} worker(s), round {run['round'] + 1}: [{path}]({path})")
-    return out
+    return [f"- {run['arm']}, {run['workers']} worker(s), round {run['round'] + 1}: [{path}]({path})"
+            for run in comparison["runs"] for path in run.get("artifacts", [])]
 
 
 def report_markdown(comparison: dict[str, Any]) -> str:
     """The report, verdicts first: what ran, each worker count's verdicts and tables, then what went wrong, where the
     ranks ran, and how every figure is measured."""
-    model = (comparison.get("model") or {}).get("name") or comparison["settings"]["config"].get("model", "convnet")
-    verdicts = [verdict_row(f"model {model}", comparison, n) for n in comparison["settings"]["workers"]]
-    notes = [verdict_notes(f"model {model}", comparison, n) for n in comparison["settings"]["workers"]]
+    setting = f"model {runs.model(comparison)['name']}"
     out = [f"# Native DDP or Horovod? Comparison {comparison['run_id']}", "", model_line(comparison), "",
-           VERDICT_HEAD, "|" + "---|" * (VERDICT_HEAD.count("|") - 1), *verdicts, "", *notes, "",
+           verdict_table([(setting, comparison, n) for n in comparison["settings"]["workers"]]), "",
            setup_line(comparison), *chosen_options(comparison)]
     for workers in comparison["settings"]["workers"]:
         out += workers_section(comparison, workers)
@@ -423,10 +386,15 @@ def report_markdown(comparison: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-VERDICT_HEAD = ("| setting | gradient | workers | steady samples/s, native ÷ Horovod | end to end | CPU per sample | "
-                "efficiency, native / Horovod | parity | rounds |")
-"""The verdicts of one comparison in one row, one short figure per cell (docs/findings.md's per-model table and a grid's
-first table); verdict_notes says each in a sentence beneath."""
+VERDICT_HEAD = ("setting", "gradient", "workers", "steady samples/s, native ÷ Horovod", "end to end", "CPU per sample",
+                "efficiency, native / Horovod", "parity", "rounds")
+
+
+def verdict_table(cells: list[tuple[str, dict[str, Any], int]]) -> str:
+    """The verdicts of each (setting, comparison, workers), one row each, one short figure per cell (docs/findings.md's
+    per-model table and a grid's first table), then each row in words beneath."""
+    return (text.md_table(VERDICT_HEAD, [verdict_row(*cell) for cell in cells]) + "\n\n"
+            + "\n".join(verdict_notes(*cell) for cell in cells))
 
 
 def short(estimate: dict[str, Any] | None) -> str:
@@ -440,7 +408,7 @@ def short(estimate: dict[str, Any] | None) -> str:
     return f"{'undecided ' if lo <= 1 <= hi else ''}{estimate['ratio']:.2f}{stats.interval_text(estimate)}"
 
 
-def verdict_row(setting: str, comparison: dict[str, Any], workers: int) -> str:
+def verdict_row(setting: str, comparison: dict[str, Any], workers: int) -> list[str]:
     """`setting`'s verdicts at `workers` in VERDICT_HEAD's columns: native ÷ Horovod for speed, end to end (runs per
     second) and CPU per sample (below 1: native uses less), then each backend's samples/s ÷ the ceiling's."""
     key = str(workers)
@@ -449,9 +417,9 @@ def verdict_row(setting: str, comparison: dict[str, Any], workers: int) -> str:
     found = comparison.get("efficiency", {}).get(key, {})
     efficiency = f"{short(found.get(a))} / {short(found.get(b))}" if found else "—"
     size = comparison.get("model", {}).get("gradient_bytes")
-    return (f"| {setting} | {text.size(size) if size else '—'} | {workers} | {said['speed']} | {said['end_to_end']} "
-            f"| {said['cpu_cost']} | {efficiency} | {comparison['parity'].get(key, {}).get('verdict', '—')} "
-            f"| {runs.rounds(comparison)} |")
+    return [setting, text.size(size) if size else "—", str(workers), said["speed"], said["end_to_end"],
+            said["cpu_cost"], efficiency, comparison["parity"].get(key, {}).get("verdict", "—"),
+            str(runs.rounds(comparison))]
 
 
 def verdict_notes(setting: str, comparison: dict[str, Any], workers: int) -> str:
@@ -586,7 +554,7 @@ def chosen_options(comparison: dict[str, Any]) -> list[str]:
     s, cfg, out = comparison["settings"], comparison["settings"]["config"], []
     if own := s.get("per_backend"):
         out += ["", "**Each backend at its own best setting** of a tuning grid: " + "; ".join(
-            f"{backend}: " + ", ".join(f"--{k.replace('_', '-')} {_option(v)}" for k, v in chosen.items())
+            f"{backend}: " + ", ".join(f"--{k.replace('_', '-')} {text.option(v)}" for k, v in chosen.items())
             for backend, chosen in own.items()) + ". No reference ran and parity is not judged: the two compute "
             "differently on purpose."]
     if options := options_table(comparison):
@@ -711,7 +679,7 @@ def definitions(comparison: dict[str, Any]) -> list[str]:
 
 def model_line(comparison: dict[str, Any]) -> str:
     """What the runs trained: the model, its size and its gradient, and what that means for the backends."""
-    model = comparison.get("model") or {"name": comparison["settings"]["config"].get("model", "convnet")}
+    model = runs.model(comparison)
     name = model["name"]
     spec = models.spec(name)
     size = (f", {model['parameters'] / 1e6:.2f} M parameters, {text.size(model['gradient_bytes'])} of float32 "

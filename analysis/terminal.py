@@ -14,7 +14,7 @@ def summary(comparison: dict[str, Any], run_dir: Path) -> list[str]:
     """At most 15 lines for one worker count, verdict first."""
     s = comparison["settings"]
     where = "on Ray" if "ray" in s["launchers"] else "under " + " and ".join(speed.compared_arms(s["launchers"]))
-    model = comparison.get("model") or {"name": s["config"].get("model", "convnet")}
+    model = runs.model(comparison)
     size = f" ({text.size(model['gradient_bytes'])} of gradient)" if model.get("gradient_bytes") else ""
     out = [f"Native DDP or Horovod? {model['name']}{size}, {where}, {runs.rounds(comparison)} round(s), "
            f"{text.duration(comparison['wall_time_s'])}:"]
