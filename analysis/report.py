@@ -1,7 +1,6 @@
 """Render a comparison (report.md, loss.png, throughput.png, overhead.png) from comparison.json alone."""
 
 import statistics
-from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -81,40 +80,41 @@ def render(run_dir: str | Path) -> str:
 
 
 def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
-    """One row per arm at `workers`: steady samples/s, end-to-end time, the step's p50 and p95 and the comm share as
-    medians over all its finished runs, the losses and accuracy from its first (every repeat trains the same model)."""
+    """One row per arm at `workers`, its cells by column: steady samples/s, end-to-end time, the step's p50 and p95,
+    the comm share, overlap and CPU as medians over all its finished runs, the losses and accuracy from its first
+    (every repeat trains the same model); `early`: whether it reached the target before its last epoch."""
     target = comparison["settings"]["target_accuracy"]
     single = {arm: statistics.median(r[speed.METRIC] for r in arm_runs)
               for arm, arm_runs in runs.finished(comparison, 1).items()}
     out = []
     for arm, arm_runs in runs.finished(comparison, workers).items():
-        first = arm_runs[0]
-        last = first["epochs"][-1]
+        first, lasts = arm_runs[0], [r["epochs"][-1] for r in arm_runs]
+        p50, p95 = (1000 * statistics.median(e[f"step_time_{p}_s"] for e in lasts) for p in ("p50", "p95"))
         elapsed = list(accumulate(epoch["epoch_time_s"] for epoch in first["epochs"]))
-        steady = stats.spread([r[speed.METRIC] for r in arm_runs])
-        median = statistics.median(r[speed.METRIC] for r in arm_runs)
-        base = single.get(arm)
+        reached = next((t for t, epoch in zip(elapsed, first["epochs"]) if epoch["test_accuracy"] >= target), None)
+        steady = [r[speed.METRIC] for r in arm_runs]
+        median, base = statistics.median(steady), single.get(arm)
+        scaling = median / (workers * base) if first["backend"] in BACKENDS and base else None
+        cpu = [r[speed.CPU_METRIC] for r in arm_runs if r.get(speed.CPU_METRIC) is not None]
+        rss = [max(ranks) for ranks in zip(*(r["peak_rss_bytes"] for r in arm_runs if r.get("peak_rss_bytes")))]
         out.append({
             "arm": arm,
-            "train_loss": last["train_loss"],
-            "test_accuracy": last["test_accuracy"],
-            "steady": median,
-            "steady_min": steady["min"],
-            "steady_max": steady["max"],
-            "runs": steady["n"],
-            "end_to_end_s": statistics.median(r["end_to_end_s"] for r in arm_runs),
-            "training_s": elapsed[-1],
-            "p50_ms": 1000 * statistics.median(r["epochs"][-1]["step_time_p50_s"] for r in arm_runs),
-            "p95_ms": 1000 * statistics.median(r["epochs"][-1]["step_time_p95_s"] for r in arm_runs),
-            "comm_share": statistics.median(r["epochs"][-1]["comm_share"] for r in arm_runs),
-            "time_to_target_s": next((t for t, epoch in zip(elapsed, first["epochs"])
-                                      if epoch["test_accuracy"] >= target), None),
-            "peak_rss_per_rank": [max(ranks) for ranks in zip(*(r["peak_rss_bytes"] for r in arm_runs
-                                                              if r.get("peak_rss_bytes")))],
-            "overlap": _median_overlap([r.get("overlap") for r in arm_runs]),
-            "cpu_per_1k": _median([r.get(speed.CPU_METRIC) for r in arm_runs]),
-            "scaling": median / (workers * base) if first["backend"] in BACKENDS and base else None,
-            "buffers_identical": first["buffers_identical_across_ranks"],
+            "final train loss": f"{lasts[0]['train_loss']:.4f}",
+            "test accuracy": f"{100 * lasts[0]['test_accuracy']:.2f}%",
+            "steady samples/s, all workers (median, min–max, runs)": (
+                f"{median:.0f} ({min(steady):.0f}–{max(steady):.0f}, n={len(steady)})" if len(steady) > 1
+                else f"{median:.0f} (n=1)"),
+            "end to end (median)": text.seconds(statistics.median(r["end_to_end_s"] for r in arm_runs)),
+            "step p50 / p95 (median of runs)": f"{p50:.1f} / {p95:.1f} ms",
+            "comm share (median of runs)": f"{100 * statistics.median(e['comm_share'] for e in lasts):.1f}%",
+            "overlap": overlap_text([r.get("overlap") for r in arm_runs]),
+            "CPU s per 1k samples": f"{statistics.median(cpu):.2f}" if cpu else "—",
+            # Each rank's peak resident memory, the largest over the arm's runs.
+            "peak RSS per rank": " / ".join(f"{b / 1e9:.2f}" for b in rss) + " GB" if rss else "—",
+            f"time to {100 * target:g}%": "not reached" if reached is None else text.seconds(reached),
+            "scaling efficiency": "—" if scaling is None else f"{100 * scaling:.0f}%",
+            "buffers identical": "yes" if first["buffers_identical_across_ranks"] else "no",
+            "early": reached is not None and reached < elapsed[-1],
         })
     return out
 
@@ -122,67 +122,25 @@ def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
 def table(comparison: dict[str, Any], workers: int) -> str:
     """One row per arm at `workers`. One throughput figure, the verdict's; "time to target" only where some arm
     reached the target before its last epoch, scaling efficiency only where 1 worker was measured too."""
-    target = comparison["settings"]["target_accuracy"]
     found = rows(comparison, workers)
-    columns: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
-        ("arm", lambda r: r["arm"]),
-        ("final train loss", lambda r: f"{r['train_loss']:.4f}"),
-        ("test accuracy", lambda r: f"{100 * r['test_accuracy']:.2f}%"),
-        ("steady samples/s, all workers (median, min–max, runs)", steady_text),
-        ("end to end (median)", lambda r: text.seconds(r["end_to_end_s"])),
-        ("step p50 / p95 (median of runs)", lambda r: f"{r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms"),
-        ("comm share (median of runs)", lambda r: f"{100 * r['comm_share']:.1f}%"),
-        ("overlap", lambda r: overlap_text(r["overlap"])),
-        ("CPU s per 1k samples", lambda r: figure(r["cpu_per_1k"], ".2f")),
-        ("peak RSS per rank", lambda r: rss(r["peak_rss_per_rank"])),
-    ]
-    if any(r["time_to_target_s"] is not None and r["time_to_target_s"] < r["training_s"] for r in found):
-        columns.append((f"time to {100 * target:g}%", lambda r: text.seconds(r["time_to_target_s"])
-                        if r["time_to_target_s"] is not None else "not reached"))
-    if any(r["scaling"] is not None for r in found):
-        columns.append(("scaling efficiency", lambda r: f"{100 * r['scaling']:.0f}%" if r["scaling"] is not None
-                        else "—"))
-    columns.append(("buffers identical", lambda r: "yes" if r["buffers_identical"] else "no"))
-    return text.md_table([name for name, _ in columns], [[cell(r) for _, cell in columns] for r in found])
+    left_out = {"early"}
+    if not any(r["early"] for r in found):
+        left_out.add(f"time to {100 * comparison['settings']['target_accuracy']:g}%")
+    if all(r["scaling efficiency"] == "—" for r in found):
+        left_out.add("scaling efficiency")
+    head = [column for column in found[0] if column not in left_out]
+    return text.md_table(head, [[r[column] for column in head] for r in found])
 
 
-def steady_text(r: dict[str, Any]) -> str:
-    """The verdict's figure for one arm: `2800 (2750–2900, n=3)`, or `1800 (n=1)`."""
-    if r["runs"] > 1:
-        return f"{r['steady']:.0f} ({r['steady_min']:.0f}–{r['steady_max']:.0f}, n={r['runs']})"
-    return f"{r['steady']:.0f} (n=1)"
-
-
-def _median(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
-def _median_overlap(found: list[dict[str, Any] | None]) -> dict[str, float] | None:
-    """The median over runs of the overlap share and of the wait ÷ the averaging alone."""
+def overlap_text(found: list[dict[str, Any] | None]) -> str:
+    """The median over runs of the share of the averaging that backward hid: `62%`, or where the wait after backward
+    exceeded the averaging alone, `none (wait 3.1× alone)`."""
     known = [o for o in found if o and o.get("share") is not None]
     if not known:
-        return None
-    return {"share": statistics.median(o["share"] for o in known),
-            "wait_over_alone": statistics.median(o["comm_exposed_s"] / o["comm_alone_s"] for o in known)}
-
-
-def overlap_text(overlap: dict[str, float] | None) -> str:
-    """`62%`, or where the wait after backward exceeded the averaging alone, `none (wait 3.1× alone)`."""
-    if overlap is None:
         return "—"
-    if overlap["share"] < 0:
-        return f"none (wait {overlap['wait_over_alone']:.1f}× alone)"
-    return f"{100 * overlap['share']:.0f}%"
-
-
-def figure(value: float | None, spec: str) -> str:
-    return "—" if value is None else format(value, spec)
-
-
-def rss(per_rank: list[float]) -> str:
-    """Each rank's peak resident memory, the largest over the arm's runs: `1.06 / 1.05 GB`."""
-    return " / ".join(f"{b / 1e9:.2f}" for b in per_rank) + " GB" if per_rank else "—"
+    if (share := statistics.median(o["share"] for o in known)) < 0:
+        return f"none (wait {statistics.median(o['comm_exposed_s'] / o['comm_alone_s'] for o in known):.1f}× alone)"
+    return f"{100 * share:.0f}%"
 
 
 def cost_line(comparison: dict[str, Any], workers: int) -> str | None:
@@ -427,7 +385,7 @@ def verdict_notes(setting: str, comparison: dict[str, Any], workers: int) -> str
     key = str(workers)
     said = [f"{label}: {(comparison.get(name, {}).get(key) or {}).get('sentence', 'not measured')}"
             for name, label in (("speed", "speed"), ("end_to_end", "end to end"), ("cpu_cost", "CPU per sample"))]
-    overlaps = {r["arm"]: overlap_text(r["overlap"]) for r in rows(comparison, workers)}
+    overlaps = {r["arm"]: r["overlap"] for r in rows(comparison, workers)}
     a, b = speed.compared_arms(comparison["settings"]["launchers"])
     said.append(f"overlap {a} / {b}: {overlaps.get(a, '—')} / {overlaps.get(b, '—')}")
     return f"- **{setting}, {workers} worker(s)**: " + "; ".join(said) + "."

@@ -47,8 +47,8 @@ def per_workers(comparison: dict[str, Any], n: int) -> list[str]:
                                             "ceiling's runs were slowed (the report says which)"
                                             if any(e["ratio"] > 1 for e in found.values()) else ""))
     if floor := comparison.get("noise_floor", {}).get(key):
-        widths = [stats.stored_half_width(e) for e in floor.values() if e["ci95"] is not None]
-        out.append(f"A/A resolution: ±{100 * max(widths):.1f} %" if widths else "A/A resolution: one round, unknown")
+        width = stats.resolution(floor)
+        out.append("A/A resolution: one round, unknown" if width is None else f"A/A resolution: ±{100 * width:.1f} %")
     if verdict := comparison["parity"].get(key):
         largest = parity.largest(verdict)
         floor = parity.floor_words(verdict)
@@ -74,10 +74,7 @@ def grid_summary(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], g
             answer = comparison["speed"].get(str(n))
             parity = comparison["parity"].get(str(n), {}).get("verdict", "not judged")
             out.append(f"  {named}, {n} worker(s): {answer['sentence'] if answer else 'no verdict'}; parity {parity}")
-    cut = [f"not run (--budget-min spent): {', '.join(grid['budget_cut'])}"] if grid.get("budget_cut") else []
-    one = ["1 worker: each backend ran one rank, so no gradient averaging was measured; what shows is that both paths "
-           "build, train and agree, and each framework's own cost per step"] if grid["workers"] == [1] else []
-    return out + cut + one + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]
+    return out + _grid_end(grid, grid_dir)
 
 
 def check_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], grid_dir: Path) -> list[str]:
@@ -103,7 +100,12 @@ def check_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], gr
             found = comparison.get("efficiency", {}).get(str(n), {})
             efficiency = " / ".join(f"{found[arm]['ratio']:.2f}" if arm in found else "—" for arm in (a, b))
             out.append(f"| {named} | {n} | {means[0]} | {means[1]} | {ratio} | {parity} | {by} | {efficiency} |")
+    return out + _grid_end(grid, grid_dir)
+
+
+def _grid_end(grid: dict[str, Any], grid_dir: Path) -> list[str]:
+    """The lines after a grid's verdicts: the settings --budget-min left out, what 1 worker shows, the report."""
     cut = [f"not run (--budget-min spent): {', '.join(grid['budget_cut'])}"] if grid.get("budget_cut") else []
     one = ["1 worker: each backend ran one rank, so no gradient averaging was measured; what shows is that both paths "
            "build, train and agree, and each framework's own cost per step"] if grid["workers"] == [1] else []
-    return out + cut + one + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]
+    return cut + one + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]

@@ -27,25 +27,28 @@ def load(grid_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]
 
 
 def rows(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per setting, worker count and distributed arm: its mean steady samples/s and their t interval, the
+    setting's verdict and parity, and the arm's costs as its comparison's table gives them."""
     out = []
     for setting in grid["settings"]:
         comparison = comparisons[setting["folder"]]
         for workers in grid["workers"]:
-            answer = comparison["speed"].get(str(workers))
-            parity = comparison["parity"].get(str(workers), {}).get("verdict", "—")
-            costs = {r["arm"]: r for r in report.rows(comparison, workers)}
+            cells = {r["arm"]: r for r in report.rows(comparison, workers)}
             for arm, arm_runs in runs.finished(comparison, workers).items():
                 if arm not in speed.DISTRIBUTED_ARMS:
                     continue
                 values = [r[speed.METRIC] for r in arm_runs]
                 mean, interval = stats.mean_interval(values)
-                cost = costs[arm]
                 out.append({"setting": {name: setting[name] for name in grid["varied"]}, "folder": setting["folder"],
                             "workers": workers, "arm": arm, "mean": mean, "ci95": interval, "runs": len(values),
-                            "native_over_horovod": answer, "parity": parity, "comm_share": cost["comm_share"],
-                            "overlap": cost["overlap"], "cpu_per_1k": cost["cpu_per_1k"],
-                            "peak_rss_per_rank": cost["peak_rss_per_rank"]})
+                            "native_over_horovod": comparison["speed"].get(str(workers)),
+                            "parity": comparison["parity"].get(str(workers), {}).get("verdict", "—"),
+                            "costs": [cells[arm][column] for column in COSTS]})
     return out
+
+
+COSTS = ("comm share (median of runs)", "overlap", "CPU s per 1k samples", "peak RSS per rank")
+"""The columns of a comparison's table (report.rows) that the tuning table repeats for each arm."""
 
 
 def group(setting: dict[str, Any]) -> str:
@@ -82,9 +85,7 @@ def table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
                     if row["ci95"] else f"{row['mean']:.0f}, n={row['runs']}")
         lines.append([*([_value(name, row["setting"][name]) for name in grid["varied"]] or [""]), row["workers"],
                       row["arm"], interval, report.ratio_text(answer) if said else "",
-                      report.decision(answer) if said else "", row["parity"], f"{100 * row['comm_share']:.1f}%",
-                      report.overlap_text(row["overlap"]), report.figure(row["cpu_per_1k"], ".2f"),
-                      report.rss(row["peak_rss_per_rank"])])
+                      report.decision(answer) if said else "", row["parity"], *row["costs"]])
     head = [*(["--" + name.replace("_", "-") for name in grid["varied"]] or [""]), "workers", "arm",
             "steady samples/s, mean (95 % CI), runs", "native ÷ Horovod, paired (95 % CI)", "verdict", "parity",
             "comm share", "overlap", "CPU s per 1k samples", "peak RSS per rank"]
