@@ -325,22 +325,6 @@ def _williams(n: int) -> list[list[int]]:
     return [order for k in range(n // 2) for order in (rows[k], rows[k + n // 2])]  # row k + n/2 mirrors row k
 
 
-def spread(values: Sequence[float]) -> dict[str, float]:
-    """Run-to-run spread, reported beside every figure so a reader can tell whether to trust it."""
-    if not values:
-        raise ValueError("spread needs at least one value")
-    mean = statistics.fmean(values)
-    lo, hi = min(values), max(values)
-    return {
-        "n": len(values),
-        "mean": mean,
-        "min": lo,
-        "max": hi,
-        # NaN rather than ZeroDivisionError: an all-zero series should still render in the report.
-        "rel_range": (hi - lo) / mean if mean else math.nan,
-    }
-
-
 def variance_parts(launches: Sequence[Sequence[float]]) -> dict[str, float | int] | None:
     """One arm's spread taken apart, from each launch's block values (one-way random effects): `within`, the
     block-to-block standard deviation inside a launch, pooled over the launches; `between`, the standard deviation of
