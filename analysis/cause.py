@@ -28,17 +28,13 @@ def pairs(comparison: dict[str, Any]) -> list[tuple[str, str]]:
     return [(a, b), *((arm, speed.ceiling_of(arm)) for arm in (a, b) if speed.ceiling_of(arm) in ran)]
 
 
-def by_round(comparison: dict[str, Any], workers: int, arm: str) -> dict[int, dict[str, float]]:
-    """`arm`'s last-epoch phases (seconds) at `workers`, by round."""
-    return {r["round"]: r["epochs"][-1]["phases_s"] for r in runs.finished(comparison, workers).get(arm, [])
-            if r["epochs"][-1].get("phases_s")}
-
-
 def difference(comparison: dict[str, Any], workers: int, a: str, b: str) -> dict[str, Any] | None:
     """a − b per part and for the whole step, in ms, paired by round: each round's value, their mean and its 95 %
     interval (None from one round); with the rounds, what a part must move to count (MATTERS of b's median step) and
     the parts whose whole interval lies on one side of 0 by that much. None where no round has both."""
-    x, y = by_round(comparison, workers, a), by_round(comparison, workers, b)
+    finished = runs.finished(comparison, workers)
+    x, y = ({r["round"]: r["epochs"][-1]["phases_s"] for r in finished.get(arm, []) if r["epochs"][-1].get("phases_s")}
+            for arm in (a, b))
     rounds = sorted(set(x) & set(y))
     if not rounds:
         return None

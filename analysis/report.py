@@ -1,6 +1,7 @@
 """Render a comparison (report.md, loss.png, throughput.png, overhead.png) from comparison.json alone."""
 
 import statistics
+from collections import Counter
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -409,9 +410,9 @@ def setup_line(comparison: dict[str, Any]) -> str:
 
 def ceiling_text(comparison: dict[str, Any]) -> str:
     """Where the ceiling ran in fewer rounds than the compared arms (the first few, orchestrator.CEILING_ROUNDS)."""
-    ran = {(r["workers"], r["round"]) for r in comparison["runs"] if r["arm"].startswith(CEILING)}
-    counts = {n for n, _ in ran}
-    fewest = min((sum(1 for m, _ in ran if m == n) for n in counts), default=0)
+    rounds = {(r["workers"], r["round"]) for r in comparison["runs"] if r["arm"].startswith(CEILING)}
+    ran = Counter(n for n, _ in rounds)
+    fewest = min(ran.values(), default=0)
     return f" (the ceiling in the first {fewest})" if ran and fewest < runs.rounds(comparison) else ""
 
 
@@ -430,24 +431,18 @@ def placement_words(comparison: dict[str, Any]) -> str:
 
 
 def _own_cores(placement: list[dict[str, Any]]) -> bool:
-    """Whether the ranks on each machine ran on disjoint sets of cores."""
+    """Whether the ranks on each machine ran on disjoint sets of cores (each rank's as spans: "0-2,5")."""
     seen: dict[str, set[int]] = {}
     for p in placement:
-        cores = set(_core_list(p.get("cores", "")))
+        cores = set()
+        for span in filter(None, p.get("cores", "").split(",")):
+            lo, _, hi = span.partition("-")
+            cores.update(range(int(lo), int(hi or lo) + 1))
         taken = seen.setdefault(p.get("host", ""), set())
         if not cores or cores & taken:
             return False
         taken |= cores
     return True
-
-
-def _core_list(spans: str) -> list[int]:
-    """"0-2,5" as [0, 1, 2, 5]."""
-    out = []
-    for part in filter(None, spans.split(",")):
-        lo, _, hi = part.partition("-")
-        out += range(int(lo), int(hi or lo) + 1)
-    return out
 
 
 def kept_text(comparison: dict[str, Any]) -> str:
