@@ -14,9 +14,6 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# How names are written in a sentence; any other name is written as given.
-DISPLAY_NAMES: Mapping[str, str] = {"native": "native", "horovod": "Horovod"}
-
 _CF_MAX_ITERATIONS = 100_000  # the continued fraction needs about sqrt(df) terms, so this covers df up to ~1e9
 _CF_EPS = 1e-15
 _TINY = 1e-300  # keeps Lentz's method away from dividing by zero
@@ -212,15 +209,15 @@ MAX_ROUNDS = 200
 """The most rounds `rounds_to_decide` looks ahead: a gap that needs more is within this machine's noise."""
 
 
-def speed_verdict(estimate: RatioEstimate, a_name: str = "native", b_name: str = "horovod") -> str:
+def speed_verdict(estimate: RatioEstimate) -> str:
     """A winner only when the whole interval is on one side of 1; otherwise undecided."""
     if estimate.ci95 is None:
         return UNDECIDED
     lo, hi = estimate.ci95
     if lo > 1.0:
-        return f"{a_name} faster"
+        return "native faster"
     if hi < 1.0:
-        return f"{b_name} faster"
+        return "horovod faster"
     return UNDECIDED
 
 
@@ -248,57 +245,49 @@ def _signed_percent(value: float) -> str:
     return f"{value:+.1f}".replace("-", "\u2212")
 
 
-def speed_sentence(estimate: RatioEstimate, a_name: str = "native", b_name: str = "horovod", *,
-                   display: Mapping[str, str] | None = None, one_round: str | None = None) -> str:
+def speed_sentence(estimate: RatioEstimate, one_round: str | None = None) -> str:
     """The verdict as one sentence, with the gap stated from the winner's side so the percentage reads naturally;
     `one_round`: what to do where one round gave no interval (else: run with --repeats 2 or more)."""
-    a_shown, b_shown = _shown(a_name, b_name, display)
     r = estimate.ratio
     if estimate.ci95 is None:
         return (f"one repeat gives no interval, so no verdict: {one_round or 'run with --repeats 2 or more'} "
                 f"(single-run ratio: {_signed_percent(100.0 * (r - 1.0))} %)")
     lo, hi = estimate.ci95
     label, width = f"{100.0 * estimate.confidence:g} % CI", f"±{100.0 * half_width(estimate):.1f} %"
-    verdict = speed_verdict(estimate, a_name, b_name)
+    verdict = speed_verdict(estimate)
     if verdict == UNDECIDED and half_width(estimate) > WIDE:
         return (f"{estimate.n} rounds give no useful interval (±{100.0 * half_width(estimate):.0f} %), so no "
                 f"verdict: {too_few(estimate.ratios)}")
-    if verdict == f"{a_name} faster":
-        return (f"{a_shown} is {100.0 * (r - 1.0):.1f} % faster ({label} {100.0 * (lo - 1.0):.1f}–"
+    if verdict == "native faster":
+        return (f"native is {100.0 * (r - 1.0):.1f} % faster ({label} {100.0 * (lo - 1.0):.1f}–"
                 f"{100.0 * (hi - 1.0):.1f} %, {width})")
-    if verdict == f"{b_name} faster":
-        # b's gain over a is 1/r - 1; inverting swaps the interval's ends.
-        return (f"{b_shown} is {100.0 * (1.0 / r - 1.0):.1f} % faster ({label} {100.0 * (1.0 / hi - 1.0):.1f}–"
+    if verdict == "horovod faster":
+        # Horovod's gain over native is 1/r - 1; inverting swaps the interval's ends.
+        return (f"Horovod is {100.0 * (1.0 / r - 1.0):.1f} % faster ({label} {100.0 * (1.0 / hi - 1.0):.1f}–"
                 f"{100.0 * (1.0 / lo - 1.0):.1f} %, {width})")
-    # Signed, and said to be a relative to b, because here neither side is the winner to measure from.
+    # Signed, and said as native relative to Horovod, because here neither side is the winner to measure from.
     needed = rounds_to_decide(estimate)
     outlook = (f"about {needed - estimate.n} more round(s) would just clear 1 if the gap and spread held (an even "
                "chance; --target-ci picks the rounds validly)" if needed else
                f"a gap this small would take more than {MAX_ROUNDS} rounds to decide")
-    return (f"undecided at this resolution ({a_shown} vs {b_shown}: {label} {_signed_percent(100.0 * (lo - 1.0))} – "
+    return (f"undecided at this resolution (native vs Horovod: {label} {_signed_percent(100.0 * (lo - 1.0))} – "
             f"{_signed_percent(100.0 * (hi - 1.0))} %, {width}); {outlook}")
 
 
-def cost_sentence(estimate: RatioEstimate, a_name: str = "native", b_name: str = "horovod") -> str:
-    """A cost ratio (a ÷ b, lower is cheaper) as one sentence: who uses less, by how much, with the interval."""
-    a_shown, b_shown = _shown(a_name, b_name)
+def cost_sentence(estimate: RatioEstimate) -> str:
+    """A cost ratio (native ÷ Horovod, lower is cheaper) as one sentence: who uses less, by how much, with the interval."""
     r = estimate.ratio
     if estimate.ci95 is None:
         return f"one repeat gives no interval (single-run ratio {r:.3f})"
     lo, hi = estimate.ci95
     width = f"±{100.0 * half_width(estimate):.1f} %"
     if hi < 1.0:
-        return (f"{a_shown} uses {100.0 * (1 - r):.1f} % less (95 % CI {100 * (1 - hi):.1f}–{100 * (1 - lo):.1f} %, "
+        return (f"native uses {100.0 * (1 - r):.1f} % less (95 % CI {100 * (1 - hi):.1f}–{100 * (1 - lo):.1f} %, "
                 f"{width})")
     if lo > 1.0:
-        return (f"{b_shown} uses {100.0 * (1 - 1 / r):.1f} % less (95 % CI {100 * (1 - 1 / lo):.1f}–"
+        return (f"Horovod uses {100.0 * (1 - 1 / r):.1f} % less (95 % CI {100 * (1 - 1 / lo):.1f}–"
                 f"{100 * (1 - 1 / hi):.1f} %, {width})")
-    return f"undecided ({a_shown} ÷ {b_shown} 95 % CI {lo:.3f}–{hi:.3f}, {width})"
-
-
-def _shown(a_name: str, b_name: str, display: Mapping[str, str] | None = None) -> tuple[str, str]:
-    names = DISPLAY_NAMES if display is None else display
-    return names.get(a_name, a_name), names.get(b_name, b_name)
+    return f"undecided (native ÷ Horovod 95 % CI {lo:.3f}–{hi:.3f}, {width})"
 
 
 def balanced_order(arms: Sequence[T], repeats: int) -> list[tuple[int, T]]:
