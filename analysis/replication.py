@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis import cause, runs, speed, stats
+from analysis import cause, runs, speed, stats, text
 from contract.config import ConfigError
 
 STAMP = re.compile(r"^(\d{4})(\d{2})(\d{2})-\d{6}")
@@ -131,8 +131,8 @@ def alike(found: list[Entry]) -> list[Entry]:
     for other in found[1:]:
         if differ := sorted(k for k in {*first.config, *other.config} if first.config.get(k) != other.config.get(k)):
             k = differ[0]
-            raise ConfigError(f"{first.snapshot} and {other.snapshot} trained {first.model} differently (--"
-                              f"{k.replace('_', '-')} {first.config.get(k)} against {other.config.get(k)}): pass "
+            raise ConfigError(f"{first.snapshot} and {other.snapshot} trained {first.model} differently "
+                              f"({text.flag(k)} {first.config.get(k)} against {other.config.get(k)}): pass "
                               "snapshots of the same settings")
     return found
 

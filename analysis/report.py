@@ -11,11 +11,8 @@ from contract import framework_env, models
 from contract.config import AA_SUFFIX, BACKENDS, CEILING, ConfigError
 from contract.phases import BLOCK_STEPS, STEP_PHASES
 
-OPTION_NAMES = {"compression": "--compression", "grad_accumulation": "--grad-accumulation", "amp": "--amp",
-                "bucket_mb": "--bucket-mb", "gradient_as_bucket_view": "--gradient-as-bucket-view",
-                "static_graph": "--static-graph", "cycle_time_ms": "--cycle-time-ms", "autotune": "--autotune",
-                "fused_buffers": "--fused-buffers",
-                "trace": "--trace"}
+OPTION_NAMES = ("compression", "grad_accumulation", "amp", "bucket_mb", "gradient_as_bucket_view", "static_graph",
+                "cycle_time_ms", "autotune", "fused_buffers", "trace")
 ROUNDING_NOTE = (
     "With `--compression`, DDP and Horovod round the gradients in a different order (DDP: cast, divide by the "
     "workers, sum in the low precision; Horovod: cast, sum, then scale). `reference` emulates DDP's order and "
@@ -321,8 +318,8 @@ def options_table(comparison: dict[str, Any]) -> str | None:
         return None
     arms = sorted(by_arm, key=runs.arm_order)
     # An option none of the arms knows is younger than these runs.
-    rows = [[f"`{flag}`", *(text.option(by_arm[arm].get(name, "—")) for arm in arms)]
-            for name, flag in OPTION_NAMES.items() if any(name in by_arm[arm] for arm in arms)]
+    rows = [[f"`{text.flag(name)}`", *(text.option(by_arm[arm].get(name, "—")) for arm in arms)]
+            for name in OPTION_NAMES if any(name in by_arm[arm] for arm in arms)]
     return text.md_table(["option", *arms], rows)
 
 
@@ -507,7 +504,7 @@ def chosen_options(comparison: dict[str, Any]) -> list[str]:
     s, cfg, out = comparison["settings"], comparison["settings"]["config"], []
     if own := s.get("per_backend"):
         out += ["", "**Each backend at its own best setting** of a tuning grid: " + "; ".join(
-            f"{backend}: " + ", ".join(f"--{k.replace('_', '-')} {text.option(v)}" for k, v in chosen.items())
+            f"{backend}: " + ", ".join(f"{text.flag(k)} {text.option(v)}" for k, v in chosen.items())
             for backend, chosen in own.items()) + ". No reference ran and parity is not judged: the two compute "
             "differently on purpose."]
     if options := options_table(comparison):
@@ -657,7 +654,7 @@ def interfaces_line(comparison: dict[str, Any]) -> str | None:
 
 def placement_table(comparison: dict[str, Any]) -> str | None:
     """One row per finished run: how many nodes its ranks used, and which ranks (local rank, cores) ran on each."""
-    lines = []
+    rows = []
     for r in comparison["runs"]:
         if r["status"] != "ok" or not r.get("placement"):
             continue
@@ -666,13 +663,10 @@ def placement_table(comparison: dict[str, Any]) -> str | None:
             on = f", cores {p['cores']}" if p.get("cores") else ""  # results written before cores were recorded
             nodes.setdefault(f"{p['node_ip']} ({p['node_id'][:8]})", []).append(
                 f"{p['rank']} (local {p['local_rank']}{on})")
-        where = "; ".join(f"{node}: rank {', '.join(ranks)}" for node, ranks in nodes.items())
-        run = f"{r['arm']}, {r['workers']} worker(s)" + (f", round {r['round'] + 1}" if r["launcher"] != "local"
-                                                            else "")
-        lines.append(f"| {run} | {len(nodes)} | {where} |")
-    if not lines:
-        return None
-    return "\n".join(["| run | nodes | ranks by node |", "|---|---|---|", *lines])
+        rows.append([f"{r['arm']}, {r['workers']} worker(s)" + (f", round {r['round'] + 1}" if r["launcher"] != "local"
+                                                                 else ""), len(nodes),
+                     "; ".join(f"{node}: rank {', '.join(ranks)}" for node, ranks in nodes.items())])
+    return text.md_table(["run", "nodes", "ranks by node"], rows) if rows else None
 
 
 def identical_parameters(comparison: dict[str, Any], workers: int) -> list[str]:

@@ -265,7 +265,7 @@ def speed_sentence(estimate: RatioEstimate, one_round: str | None = None) -> str
         # Horovod's gain over native is 1/r - 1; inverting swaps the interval's ends.
         return (f"Horovod is {100.0 * (1.0 / r - 1.0):.1f} % faster ({label} {100.0 * (1.0 / hi - 1.0):.1f}–"
                 f"{100.0 * (1.0 / lo - 1.0):.1f} %, {width})")
-    # Signed, and said as native relative to Horovod, because here neither side is the winner to measure from.
+    # Signed, native relative to Horovod, because here neither side is the winner to measure from.
     needed = rounds_to_decide(estimate)
     outlook = (f"about {needed - estimate.n} more round(s) would just clear 1 if the gap and spread held (an even "
                "chance; --target-ci picks the rounds validly)" if needed else
@@ -275,7 +275,7 @@ def speed_sentence(estimate: RatioEstimate, one_round: str | None = None) -> str
 
 
 def cost_sentence(estimate: RatioEstimate) -> str:
-    """A cost ratio (native ÷ Horovod, lower is cheaper) as one sentence: who uses less, by how much, with the interval."""
+    """native ÷ Horovod as a cost (lower is cheaper) in one sentence: who uses less, by how much, with the interval."""
     r = estimate.ratio
     if estimate.ci95 is None:
         return f"one repeat gives no interval (single-run ratio {r:.3f})"

@@ -66,7 +66,7 @@ def per_workers(comparison: dict[str, Any], n: int) -> list[str]:
 def grid_summary(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], grid_dir: Path) -> list[str]:
     """A tuning grid or a --models run: one line per setting and worker count, the verdict first."""
     out = [f"Native DDP or Horovod? {len(grid['settings'])} comparison(s), varying "
-           + ", ".join("--" + name.replace("_", "-") for name in grid["varied"]) + ":"]
+           + ", ".join(map(text.flag, grid["varied"])) + ":"]
     for setting in grid["settings"]:
         comparison = comparisons[setting["folder"]]
         named = ", ".join(f"{name.replace('_', '-')} {setting[name]}" for name in grid["varied"])

@@ -1,4 +1,4 @@
-"""How every report writes its figures: a number, seconds, a link rate, bytes, an option's value, and a Markdown
+"""How every report writes its figures: a number, seconds, a link rate, bytes, a flag and its value, and a Markdown
 table; written once, so that the same figure reads the same in every report."""
 
 from collections.abc import Sequence
@@ -40,6 +40,11 @@ def size(count: float) -> str:
         if count >= scale:
             return f"{count / scale:.1f} {unit}"
     return f"{count:.0f} B"
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a config field: `--bucket-mb` for bucket_mb."""
+    return "--" + name.replace("_", "-")
 
 
 def option(value: object) -> str:

@@ -86,7 +86,7 @@ def table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
         lines.append([*([_value(name, row["setting"][name]) for name in grid["varied"]] or [""]), row["workers"],
                       row["arm"], interval, report.ratio_text(answer) if said else "",
                       report.decision(answer) if said else "", row["parity"], *row["costs"]])
-    head = [*(["--" + name.replace("_", "-") for name in grid["varied"]] or [""]), "workers", "arm",
+    head = [*([text.flag(name) for name in grid["varied"]] or [""]), "workers", "arm",
             "steady samples/s, mean (95 % CI), runs", "native ÷ Horovod, paired (95 % CI)", "verdict", "parity",
             "comm share", "overlap", "CPU s per 1k samples", "peak RSS per rank"]
     return text.md_table(head, lines)
@@ -139,7 +139,7 @@ def _value(name: str, value: Any) -> str:
 
 
 def markdown(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
-    varied = ", ".join("--" + name.replace("_", "-") for name in grid["varied"])
+    varied = ", ".join(map(text.flag, grid["varied"]))
     title = "per model" if grid["varied"] == ["model"] else f"tuning grid: {varied}"
     buckets = (" A bucket size of 0 leaves each framework its own default (DDP 25 MiB, Horovod 0.28.1 128 MiB)."
                if "bucket_mb" in grid["varied"] else "")

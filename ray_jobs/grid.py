@@ -36,7 +36,7 @@ def settings(args: CompareConfig) -> list[dict[str, Any]]:
                "gradient_as_bucket_view": (_switch, None)}
     values = {}
     for name, (read, allowed) in readers.items():
-        flag = "--" + name.replace("_", "-")
+        flag = text.flag(name)
         values[name] = _distinct(flag, [read(part) for part in getattr(args, name).split(",")])
         if allowed and (wrong := [v for v in values[name] if v not in allowed]):
             raise ConfigError(f"{flag} takes values from {', '.join(allowed)}, got {wrong[0]!r}")
