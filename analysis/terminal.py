@@ -80,8 +80,7 @@ def grid_summary(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], g
 def check_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], grid_dir: Path) -> list[str]:
     """The GPU check's one table (ray_jobs/gpu_check.py): per setting and worker count, each backend's mean steady
     samples/s, native ÷ Horovod paired, parity, and what averaged the gradients."""
-    out = ["| setting | workers | native samples/s | Horovod samples/s | native ÷ Horovod (95 % CI) | parity "
-           "| averaged by | efficiency native / Horovod |", "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for setting in grid["settings"]:
         comparison = comparisons[setting["folder"]]
         a, b = speed.compared_arms(comparison["settings"]["launchers"])
@@ -99,8 +98,10 @@ def check_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], gr
                 finished[arm][0].get("averaged_by") or "?" if arm in finished else "?" for arm in (a, b))
             found = comparison.get("efficiency", {}).get(str(n), {})
             efficiency = " / ".join(f"{found[arm]['ratio']:.2f}" if arm in found else "—" for arm in (a, b))
-            out.append(f"| {named} | {n} | {means[0]} | {means[1]} | {ratio} | {parity} | {by} | {efficiency} |")
-    return out + _grid_end(grid, grid_dir)
+            rows.append([named, n, *means, ratio, parity, by, efficiency])
+    head = ["setting", "workers", "native samples/s", "Horovod samples/s", "native ÷ Horovod (95 % CI)", "parity",
+            "averaged by", "efficiency native / Horovod"]
+    return text.md_table(head, rows).split("\n") + _grid_end(grid, grid_dir)
 
 
 def _grid_end(grid: dict[str, Any], grid_dir: Path) -> list[str]:
