@@ -564,9 +564,8 @@ def parity_lines(comparison: dict[str, Any], workers: int) -> list[str]:
     if verdict["verdict"] != "PASS" and (comparison.get("model") or {}).get("dropout"):
         out += [DROPOUT_NOTE, ""]
     explained = verdict.get("explained", {})
-    for pair, diff in verdict["max_abs_step_loss_difference"].items():
-        said = f" — explained: {explained[pair]}" if pair in explained else ""
-        out.append(f"- {pair}: {text.number(diff)}{said}")
+    out += [f"- {pair}: {text.number(diff)}" + (f" — explained: {explained[pair]}" if pair in explained else "")
+            for pair, diff in verdict["max_abs_step_loss_difference"].items()]
     out += identical_parameters(comparison, workers)
     out += [f"- {pair} (information, not part of the verdict): {text.number(diff)}"
             for pair, diff in verdict["informational"].items()]

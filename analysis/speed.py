@@ -160,10 +160,7 @@ def spread(runs: list[dict[str, Any]], workers: int, arms: list[str]) -> dict[st
 
 def launcher_overhead(runs: list[dict[str, Any]], workers: int, pilot: int | None = None) -> dict[str, Any]:
     """Ray ÷ each of the backend's own launchers, for steady-state throughput and for end-to-end wall time, by the
-    vanilla arm's label.
-
-    A steady ratio below 1 means Ray trains slower; an end-to-end ratio above 1 means Ray takes longer overall.
-    """
+    vanilla arm's label."""
     out = {}
     for vanilla, backend in OWN_LAUNCHER_ARMS.items():
         section = {"backend": backend, "vanilla": vanilla.split("/")[1]}

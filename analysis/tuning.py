@@ -117,16 +117,10 @@ def best_lines(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> 
 
 def intervals(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """One verdict-plot row per setting and worker count that has a native ÷ Horovod answer."""
-    out = []
-    for setting in grid["settings"]:
-        for workers in grid["workers"]:
-            if answer := comparisons[setting["folder"]]["speed"].get(str(workers)):
-                out.append((f"{named(grid, setting)}, {workers} worker(s)", answer))
-    for model, best in grid.get("best", {}).items():
-        for workers in grid["workers"]:
-            if answer := comparisons[best["folder"]]["speed"].get(str(workers)):
-                out.append((f"{model}: each backend at its best, {workers} worker(s)", answer))
-    return out
+    labels = [(named(grid, s), s["folder"]) for s in grid["settings"]] + [
+        (f"{model}: each backend at its best", best["folder"]) for model, best in grid.get("best", {}).items()]
+    return [(f"{label}, {workers} worker(s)", answer) for label, folder in labels for workers in grid["workers"]
+            if (answer := comparisons[folder]["speed"].get(str(workers)))]
 
 
 UNITS = {"bucket_mb": "MiB", "cycle_time_ms": "ms"}
