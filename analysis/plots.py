@@ -136,11 +136,8 @@ def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
 def plot_overhead(comparison: dict[str, Any], path: Path) -> None:
     """One stacked horizontal bar per worker count and distributed arm: the median time to each phase."""
     plt = pyplot()
-    bars = []
-    for workers in comparison["settings"]["workers"]:
-        for arm, runs in finished(comparison, workers).items():
-            if runs[0]["backend"] in BACKENDS:
-                bars.append((f"{workers} worker(s), {arm}", median_phases(runs)))
+    bars = [(f"{workers} worker(s), {arm}", median_phases(arm_runs)) for workers in comparison["settings"]["workers"]
+            for arm, arm_runs in finished(comparison, workers).items() if arm_runs[0]["backend"] in BACKENDS]
     fig, ax = plt.subplots(figsize=(9, 1.5 + 0.45 * max(1, len(bars))))
     ys = range(len(bars))
     previous = [0.0] * len(bars)
