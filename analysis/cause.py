@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from analysis import plots, runs, speed, stats
+from analysis import plots, runs, speed, stats, text
 from contract.phases import STEP_PHASES, THREAD_GROUPS
 
 PARTS = (*STEP_PHASES, "remainder")
@@ -28,32 +28,37 @@ def pairs(comparison: dict[str, Any]) -> list[tuple[str, str]]:
     return [(a, b), *((arm, speed.ceiling_of(arm)) for arm in (a, b) if speed.ceiling_of(arm) in ran)]
 
 
-def by_round(comparison: dict[str, Any], workers: int, arm: str) -> dict[int, dict[str, float]]:
-    """`arm`'s last-epoch phases (seconds) at `workers`, by round."""
-    return {r["round"]: r["epochs"][-1]["phases_s"] for r in runs.finished(comparison, workers).get(arm, [])
-            if r["epochs"][-1].get("phases_s")}
-
-
 def difference(comparison: dict[str, Any], workers: int, a: str, b: str) -> dict[str, Any] | None:
     """a − b per part and for the whole step, in ms, paired by round: each round's value, their mean and its 95 %
     interval (None from one round); with the rounds, what a part must move to count (MATTERS of b's median step) and
     the parts whose whole interval lies on one side of 0 by that much. None where no round has both."""
-    x, y = by_round(comparison, workers, a), by_round(comparison, workers, b)
+    finished = runs.finished(comparison, workers)
+    x, y = ({r["round"]: r["epochs"][-1]["phases_s"] for r in finished.get(arm, []) if r["epochs"][-1].get("phases_s")}
+            for arm in (a, b))
     rounds = sorted(set(x) & set(y))
     if not rounds:
         return None
     values = {name: [1000 * (x[r][name] - y[r][name]) for r in rounds] for name in (*PARTS, "step")}
     found = {name: stats.mean_interval(v) for name, v in values.items()}
     least = MATTERS * 1000 * statistics.median(y[r]["step"] for r in rounds)
-    decided = sorted((name for name in PARTS if (ci := found[name][1]) and (ci[0] > 0 or ci[1] < 0)
-                      and abs(found[name][0]) >= least), key=lambda name: -abs(found[name][0]))
-    return {"rounds": len(rounds), "values": values, "ms": found, "least_ms": least, "decided": decided}
+    return {"rounds": len(rounds), "values": values, "ms": found, "least_ms": least,
+            "decided": sorted(decided(found, least), key=lambda name: -abs(found[name][0]))}
+
+
+def decided(found: dict[str, tuple[float, tuple[float, float] | None]], least: float) -> list[str]:
+    """The parts whose mean (ms) moved at least `least` and whose whole interval lies on one side of 0."""
+    return [name for name in PARTS if (ci := found[name][1]) and (ci[0] > 0 or ci[1] < 0)
+            and abs(found[name][0]) >= least]
+
+
+def signed(mean: float, ci: tuple[float, float] | None) -> str:
+    """A difference in ms with its interval where there is one: `+1.2 (+0.3 – +2.1)`."""
+    return f"{mean:+.1f}" + (f" ({ci[0]:+.1f} – {ci[1]:+.1f})" if ci else "")
 
 
 def difference_line(a: str, b: str, found: dict[str, Any]) -> str:
     """One pair's parts in ms with their intervals, and what they decide."""
-    cells = [f"{name} {mean:+.1f}" + (f" ({ci[0]:+.1f} – {ci[1]:+.1f})" if ci else "")
-             for name, (mean, ci) in found["ms"].items()]
+    cells = [f"{name} {signed(mean, ci)}" for name, (mean, ci) in found["ms"].items()]
     said = ("; ".join(f"{name} {found['ms'][name][0]:+.1f} ms" for name in found["decided"])
             + " (whole intervals on one side of 0, each at least 1 % of the step)" if found["decided"] else
             "no part differs beyond its interval" if found["rounds"] > 1 else "one round: no interval")
@@ -109,42 +114,30 @@ def ceilings_line(comparison: dict[str, Any], workers: int) -> str | None:
 def thread_table(comparison: dict[str, Any], workers: int) -> str | None:
     """Each arm's CPU-seconds per 1,000 samples by thread group, the median over its runs; None where no run
     recorded them."""
-    found = {arm: values for arm in runs.finished(comparison, workers)
-             if (values := _by_thread(comparison, workers, arm))}
-    if not found:
+    if not (found := by_thread(comparison, workers)):
         return None
-    head = f"| arm | runs | {' | '.join(THREAD_GROUPS)} | all threads |"
-    lines = ["**CPU by thread** (CPU-seconds per 1,000 samples over every rank, the last epoch's steady window, the "
-             "median over the arm's runs). Threads are grouped by when they first appeared, since their names do not "
-             "tell them apart: before the process group (the launcher's and the runtime's; under Ray Train, which "
-             "forms the group before the training function, the group's too), with the group or hvd.init (the "
-             "framework's own), or once training began (torch's intra-op and autograd threads, the data loader's). "
-             "All threads reads a few percent above the arm's CPU s per 1k samples: the window runs from the first "
-             "timed step to the epoch's end, the moments between steps included (the progress line's loss "
-             "allreduce every --log-every steps, the watchdog's beat), which the steps' own CPU time leaves out.",
-             "", head, "|" + "---|" * head.count(" | ") + "---|"]
-    for arm, values in found.items():
-        medians = _medians(values)
-        cells = " | ".join(f"{m:.3f}" for m in medians.values())
-        lines.append(f"| {arm} | {len(values)} | {cells} | {sum(medians.values()):.3f} |")
-    return "\n".join(lines)
+    rows = [[arm, count, *(f"{m:.3f}" for m in medians.values()), f"{sum(medians.values()):.3f}"]
+            for arm, (count, medians) in found.items()]
+    note = ("**CPU by thread** (CPU-seconds per 1,000 samples over every rank, the last epoch's steady window, the "
+            "median over the arm's runs). Threads are grouped by when they first appeared, since their names do not "
+            "tell them apart: before the process group (the launcher's and the runtime's; under Ray Train, which forms "
+            "the group before the training function, the group's too), with the group or hvd.init (the framework's "
+            "own), or once training began (torch's intra-op and autograd threads, the data loader's). All threads "
+            "reads a few percent above the arm's CPU s per 1k samples: the window runs from the first timed step to "
+            "the epoch's end, the moments between steps included (the progress line's loss allreduce every --log-every "
+            "steps, the watchdog's beat), which the steps' own CPU time leaves out.")
+    return note + "\n\n" + text.md_table(["arm", "runs", *THREAD_GROUPS, "all threads"], rows)
 
 
-def threads_of(comparison: dict[str, Any], workers: int, arm: str) -> dict[str, float] | None:
-    """`arm`'s median CPU-seconds per 1,000 samples by thread group; None where none was recorded."""
-    values = _by_thread(comparison, workers, arm)
-    return _medians(values) if values else None
-
-
-def _medians(values: list[list[float]]) -> dict[str, float]:
-    """Each thread group's median over runs' figures."""
-    return {name: statistics.median(v[i] for v in values) for i, name in enumerate(THREAD_GROUPS)}
-
-
-def _by_thread(comparison: dict[str, Any], workers: int, arm: str) -> list[list[float]]:
-    """`arm`'s runs' CPU-seconds per 1,000 samples by thread group, over all ranks, where recorded."""
-    found = runs.last_epochs(runs.finished(comparison, workers).get(arm, []), "cpu_s_per_1k_by_thread")
-    return [v["all_ranks"] for v in found]
+def by_thread(comparison: dict[str, Any], workers: int) -> dict[str, tuple[int, dict[str, float]]]:
+    """Per arm that recorded them, its runs' count and each thread group's median CPU-seconds per 1,000 samples over
+    all ranks."""
+    out = {}
+    for arm, arm_runs in runs.finished(comparison, workers).items():
+        if values := [v["all_ranks"] for v in runs.last_epochs(arm_runs, "cpu_s_per_1k_by_thread")]:
+            out[arm] = len(values), {name: statistics.median(v[i] for v in values)
+                                     for i, name in enumerate(THREAD_GROUPS)}
+    return out
 
 
 def paragraph(comparison: dict[str, Any], workers: int) -> str | None:
@@ -163,8 +156,8 @@ def paragraph(comparison: dict[str, Any], workers: int) -> str | None:
     if not said:
         return None
     a, b = speed.compared_arms(comparison["settings"]["launchers"])
-    mine, theirs = threads_of(comparison, workers, a), threads_of(comparison, workers, b)
-    if mine and theirs:
+    if a in (threads := by_thread(comparison, workers)) and b in threads:
+        mine, theirs = threads[a][1], threads[b][1]
         said.append("CPU-seconds per 1,000 samples, " + ", ".join(
             f"{name}: {a} {mine[name]:.3f}, {b} {theirs[name]:.3f}" for name in THREAD_GROUPS
             if max(mine[name], theirs[name]) > 0))

@@ -5,7 +5,7 @@ gradients, so their step losses may differ only by floating-point summation orde
 """
 
 from collections.abc import Sequence
-from itertools import combinations
+from itertools import accumulate, combinations
 from typing import Any
 
 from analysis import text
@@ -51,11 +51,7 @@ def floor_per_step(losses: dict[str, list[float]], steps: int) -> list[float] | 
     base = floor_base(losses)
     if base not in losses or REORDERED not in losses:
         return None
-    top, out = 0.0, []
-    for x, y in list(zip(losses[base], losses[REORDERED]))[:steps]:
-        top = max(top, abs(x - y))
-        out.append(top)
-    return out
+    return list(accumulate((abs(x - y) for x, y in zip(losses[base][:steps], losses[REORDERED][:steps])), max))
 
 
 def beyond(a: list[float], b: list[float], steps: int, tolerance: float, floor: list[float] | None) -> float | None:

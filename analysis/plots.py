@@ -106,11 +106,9 @@ def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     counts = comparison["settings"]["workers"]
     by_count = [finished(comparison, workers) for workers in counts]
-    arms = sorted({arm for by_arm in by_count for arm in by_arm},
-                  key=arm_order)
+    arms = sorted({arm for by_arm in by_count for arm in by_arm}, key=arm_order)
     fig, ax = plt.subplots(figsize=(max(6.0, 3 + 0.6 * len(counts) * len(arms)), 4.5))
     width = 0.8 / max(1, len(arms))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, arm in enumerate(arms):
         xs, medians = [], []
         for j, by_arm in enumerate(by_count):
@@ -125,7 +123,7 @@ def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
                 width * 0.5 * (k / (len(values) - 1) - 0.5) for k in range(len(values))]
             ax.scatter([x + o for o in offsets], values, s=14, color="black", zorder=3,
                        label="one run" if not ax.collections else None)
-        ax.bar(xs, medians, width * 0.95, label=arm, color=colours[i % len(colours)], alpha=0.85)
+        ax.bar(xs, medians, width * 0.95, label=arm, color=f"C{i}", alpha=0.85)
     ax.set_xticks([j + width * (len(arms) - 1) / 2 for j in range(len(counts))], [f"{w} worker(s)" for w in counts])
     ax.set(ylabel="steady-state samples/s, total (median step)", title="Steady samples/s by arm (dots: runs)")
     if arms:
@@ -138,18 +136,14 @@ def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
 def plot_overhead(comparison: dict[str, Any], path: Path) -> None:
     """One stacked horizontal bar per worker count and distributed arm: the median time to each phase."""
     plt = pyplot()
-    bars = []
-    for workers in comparison["settings"]["workers"]:
-        for arm, runs in finished(comparison, workers).items():
-            if runs[0]["backend"] in BACKENDS:
-                bars.append((f"{workers} worker(s), {arm}", median_phases(runs)))
+    bars = [(f"{workers} worker(s), {arm}", median_phases(arm_runs)) for workers in comparison["settings"]["workers"]
+            for arm, arm_runs in finished(comparison, workers).items() if arm_runs[0]["backend"] in BACKENDS]
     fig, ax = plt.subplots(figsize=(9, 1.5 + 0.45 * max(1, len(bars))))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     ys = range(len(bars))
     previous = [0.0] * len(bars)
     for k, (name, label) in enumerate(PHASE_LABELS.items()):
         widths = [m[name] - p for (_, m), p in zip(bars, previous)]
-        ax.barh(ys, widths, left=previous, color=colours[k % len(colours)], label=label, height=0.6)
+        ax.barh(ys, widths, left=previous, color=f"C{k}", label=label, height=0.6)
         previous = [m[name] for _, m in bars]
     for y, total in zip(ys, previous):
         ax.text(total, y, f" {total:.1f} s", va="center", fontsize="small")

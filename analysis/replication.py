@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis import cause, runs, speed, stats
+from analysis import cause, runs, speed, stats, text
 from contract.config import ConfigError
 
 STAMP = re.compile(r"^(\d{4})(\d{2})(\d{2})-\d{6}")
@@ -131,8 +131,8 @@ def alike(found: list[Entry]) -> list[Entry]:
     for other in found[1:]:
         if differ := sorted(k for k in {*first.config, *other.config} if first.config.get(k) != other.config.get(k)):
             k = differ[0]
-            raise ConfigError(f"{first.snapshot} and {other.snapshot} trained {first.model} differently (--"
-                              f"{k.replace('_', '-')} {first.config.get(k)} against {other.config.get(k)}): pass "
+            raise ConfigError(f"{first.snapshot} and {other.snapshot} trained {first.model} differently "
+                              f"({text.flag(k)} {first.config.get(k)} against {other.config.get(k)}): pass "
                               "snapshots of the same settings")
     return found
 
@@ -145,7 +145,7 @@ def row(snapshot: str, comparison: dict[str, Any], workers: int, found: dict[str
     step, parts = "not recorded (the snapshot predates the step's parts)", "—"
     if found:
         mean, ci = found["ms"]["step"]
-        step = f"{mean:+.1f}" + (f" ({ci[0]:+.1f} – {ci[1]:+.1f})" if ci else "")
+        step = cause.signed(mean, ci)
         parts = ", ".join(f"{p} {found['ms'][p][0]:+.1f}" for p in found["decided"]) or "none beyond its interval"
     return (f"{snapshot} | {comparison['environment']['cpu']} | {ratio} | {verdict['repeats']} | {step} | "
             f"{parts}")
@@ -164,12 +164,9 @@ def summary(found: list[Entry]) -> str:
 
 
 def between(first: Entry, other: Entry) -> str:
-    """How much native − Horovod moved from `first` to `other`, per part (ms, unpaired 95 % CI), naming the parts whose
-    whole interval lies on one side of 0 and that move at least cause.MATTERS of the first's Horovod step."""
+    """How much native − Horovod moved from `first` to `other`, per part (ms, unpaired 95 % CI), naming the parts
+    whose whole interval lies on one side of 0 and that move at least cause.MATTERS of the first's Horovod step."""
     moved = {part: stats.welch_interval(other.gaps[part], first.gaps[part]) for part in (*cause.PARTS, "step")}
-    cells = ", ".join(f"{part} {mean:+.1f}" + (f" ({ci[0]:+.1f} – {ci[1]:+.1f})" if ci else "")
-                      for part, (mean, ci) in moved.items())
-    decided = [part for part in cause.PARTS if (ci := moved[part][1]) and (ci[0] > 0 or ci[1] < 0)
-               and abs(moved[part][0]) >= first.least_ms]
-    named = ", ".join(decided) if decided else "no part beyond its interval"
+    cells = ", ".join(f"{part} {cause.signed(mean, ci)}" for part, (mean, ci) in moved.items())
+    named = ", ".join(cause.decided(moved, first.least_ms)) or "no part beyond its interval"
     return f"from {first.snapshot} to {other.snapshot} native − Horovod moved by (ms, 95 % CI) {cells}: {named}"

@@ -1,7 +1,8 @@
 """Render a comparison (report.md, loss.png, throughput.png, overhead.png) from comparison.json alone."""
 
 import statistics
-from collections.abc import Callable
+from collections import Counter
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -10,11 +11,8 @@ from contract import framework_env, models
 from contract.config import AA_SUFFIX, BACKENDS, CEILING, ConfigError
 from contract.phases import BLOCK_STEPS, STEP_PHASES
 
-OPTION_NAMES = {"compression": "--compression", "grad_accumulation": "--grad-accumulation", "amp": "--amp",
-                "bucket_mb": "--bucket-mb", "gradient_as_bucket_view": "--gradient-as-bucket-view",
-                "static_graph": "--static-graph", "cycle_time_ms": "--cycle-time-ms", "autotune": "--autotune",
-                "fused_buffers": "--fused-buffers",
-                "trace": "--trace"}
+OPTION_NAMES = ("compression", "grad_accumulation", "amp", "bucket_mb", "gradient_as_bucket_view", "static_graph",
+                "cycle_time_ms", "autotune", "fused_buffers", "trace")
 ROUNDING_NOTE = (
     "With `--compression`, DDP and Horovod round the gradients in a different order (DDP: cast, divide by the "
     "workers, sum in the low precision; Horovod: cast, sum, then scale). `reference` emulates DDP's order and "
@@ -80,46 +78,41 @@ def render(run_dir: str | Path) -> str:
 
 
 def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
-    """One row per arm at `workers`: steady samples/s, end-to-end time, the step's p50 and p95 and the comm share as
-    medians over all its finished runs, the losses and accuracy from its first (every repeat trains the same model)."""
+    """One row per arm at `workers`, its cells by column: steady samples/s, end-to-end time, the step's p50 and p95,
+    the comm share, overlap and CPU as medians over all its finished runs, the losses and accuracy from its first
+    (every repeat trains the same model); `early`: whether it reached the target before its last epoch."""
     target = comparison["settings"]["target_accuracy"]
     single = {arm: statistics.median(r[speed.METRIC] for r in arm_runs)
               for arm, arm_runs in runs.finished(comparison, 1).items()}
     out = []
     for arm, arm_runs in runs.finished(comparison, workers).items():
-        first = arm_runs[0]
-        last = first["epochs"][-1]
-        elapsed, reached = 0.0, None
-        for epoch in first["epochs"]:
-            elapsed += epoch["epoch_time_s"]
-            if reached is None and epoch["test_accuracy"] >= target:
-                reached = elapsed
-        steady = stats.spread([r[speed.METRIC] for r in arm_runs])
-        median = statistics.median(r[speed.METRIC] for r in arm_runs)
-        base = single.get(arm)
+        first, lasts = arm_runs[0], [r["epochs"][-1] for r in arm_runs]
+        p50, p95 = (1000 * statistics.median(e[f"step_time_{p}_s"] for e in lasts) for p in ("p50", "p95"))
+        elapsed = list(accumulate(epoch["epoch_time_s"] for epoch in first["epochs"]))
+        reached = next((t for t, epoch in zip(elapsed, first["epochs"]) if epoch["test_accuracy"] >= target), None)
+        steady = [r[speed.METRIC] for r in arm_runs]
+        median, base = statistics.median(steady), single.get(arm)
+        scaling = median / (workers * base) if first["backend"] in BACKENDS and base else None
+        cpu = [r[speed.CPU_METRIC] for r in arm_runs if r.get(speed.CPU_METRIC) is not None]
+        rss = [max(ranks) for ranks in zip(*(r["peak_rss_bytes"] for r in arm_runs if r.get("peak_rss_bytes")))]
         out.append({
             "arm": arm,
-            "backend": first["backend"],
-            "launcher": first["launcher"],
-            "train_loss": last["train_loss"],
-            "test_accuracy": last["test_accuracy"],
-            "steady": median,
-            "steady_min": steady["min"],
-            "steady_max": steady["max"],
-            "runs": steady["n"],
-            "end_to_end_s": statistics.median(r["end_to_end_s"] for r in arm_runs),
-            "training_s": sum(epoch["epoch_time_s"] for epoch in first["epochs"]),
-            "p50_ms": 1000 * statistics.median(r["epochs"][-1]["step_time_p50_s"] for r in arm_runs),
-            "p95_ms": 1000 * statistics.median(r["epochs"][-1]["step_time_p95_s"] for r in arm_runs),
-            "comm_share": statistics.median(r["epochs"][-1]["comm_share"] for r in arm_runs),
-            "time_to_target_s": reached,
-            "peak_rss_mb": max(first["peak_rss_mb_per_worker"]),
-            "peak_rss_per_rank": [max(ranks) for ranks in zip(*(r["peak_rss_bytes"] for r in arm_runs
-                                                              if r.get("peak_rss_bytes")))],
-            "overlap": _median_overlap([r.get("overlap") for r in arm_runs]),
-            "cpu_per_1k": _median([r.get(speed.CPU_METRIC) for r in arm_runs]),
-            "scaling": median / (workers * base) if first["backend"] in BACKENDS and base else None,
-            "buffers_identical": first["buffers_identical_across_ranks"],
+            "final train loss": f"{lasts[0]['train_loss']:.4f}",
+            "test accuracy": f"{100 * lasts[0]['test_accuracy']:.2f}%",
+            "steady samples/s, all workers (median, min–max, runs)": (
+                f"{median:.0f} ({min(steady):.0f}–{max(steady):.0f}, n={len(steady)})" if len(steady) > 1
+                else f"{median:.0f} (n=1)"),
+            "end to end (median)": text.seconds(statistics.median(r["end_to_end_s"] for r in arm_runs)),
+            "step p50 / p95 (median of runs)": f"{p50:.1f} / {p95:.1f} ms",
+            "comm share (median of runs)": f"{100 * statistics.median(e['comm_share'] for e in lasts):.1f}%",
+            "overlap": overlap_text([r.get("overlap") for r in arm_runs]),
+            "CPU s per 1k samples": f"{statistics.median(cpu):.2f}" if cpu else "—",
+            # Each rank's peak resident memory, the largest over the arm's runs.
+            "peak RSS per rank": " / ".join(f"{b / 1e9:.2f}" for b in rss) + " GB" if rss else "—",
+            f"time to {100 * target:g}%": "not reached" if reached is None else text.seconds(reached),
+            "scaling efficiency": "—" if scaling is None else f"{100 * scaling:.0f}%",
+            "buffers identical": "yes" if first["buffers_identical_across_ranks"] else "no",
+            "early": reached is not None and reached < elapsed[-1],
         })
     return out
 
@@ -127,69 +120,25 @@ def rows(comparison: dict[str, Any], workers: int) -> list[dict[str, Any]]:
 def table(comparison: dict[str, Any], workers: int) -> str:
     """One row per arm at `workers`. One throughput figure, the verdict's; "time to target" only where some arm
     reached the target before its last epoch, scaling efficiency only where 1 worker was measured too."""
-    target = comparison["settings"]["target_accuracy"]
     found = rows(comparison, workers)
-    columns: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
-        ("arm", lambda r: r["arm"]),
-        ("final train loss", lambda r: f"{r['train_loss']:.4f}"),
-        ("test accuracy", lambda r: f"{100 * r['test_accuracy']:.2f}%"),
-        ("steady samples/s, all workers (median, min–max, runs)", steady_text),
-        ("end to end (median)", lambda r: text.seconds(r["end_to_end_s"])),
-        ("step p50 / p95 (median of runs)", lambda r: f"{r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms"),
-        ("comm share (median of runs)", lambda r: f"{100 * r['comm_share']:.1f}%"),
-        ("overlap", lambda r: overlap_text(r["overlap"])),
-        ("CPU s per 1k samples", lambda r: figure(r["cpu_per_1k"], ".2f")),
-        ("peak RSS per rank", lambda r: rss(r["peak_rss_per_rank"])),
-    ]
-    if any(r["time_to_target_s"] is not None and r["time_to_target_s"] < r["training_s"] for r in found):
-        columns.append((f"time to {100 * target:g}%", lambda r: text.seconds(r["time_to_target_s"])
-                        if r["time_to_target_s"] is not None else "not reached"))
-    if any(r["scaling"] is not None for r in found):
-        columns.append(("scaling efficiency", lambda r: f"{100 * r['scaling']:.0f}%" if r["scaling"] is not None
-                        else "—"))
-    columns.append(("buffers identical", lambda r: "yes" if r["buffers_identical"] else "no"))
-    lines = ["| " + " | ".join(name for name, _ in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r) for _, cell in columns) + " |" for r in found]
-    return "\n".join(lines)
+    left_out = {"early"}
+    if not any(r["early"] for r in found):
+        left_out.add(f"time to {100 * comparison['settings']['target_accuracy']:g}%")
+    if all(r["scaling efficiency"] == "—" for r in found):
+        left_out.add("scaling efficiency")
+    head = [column for column in found[0] if column not in left_out]
+    return text.md_table(head, [[r[column] for column in head] for r in found])
 
 
-def steady_text(r: dict[str, Any]) -> str:
-    """The verdict's figure for one arm: `2800 (2750–2900, n=3)`, or `1800 (n=1)`."""
-    if r["runs"] > 1:
-        return f"{r['steady']:.0f} ({r['steady_min']:.0f}–{r['steady_max']:.0f}, n={r['runs']})"
-    return f"{r['steady']:.0f} (n=1)"
-
-
-def _median(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
-def _median_overlap(found: list[dict[str, Any] | None]) -> dict[str, float] | None:
-    """The median over runs of the overlap share and of the wait ÷ the averaging alone."""
+def overlap_text(found: list[dict[str, Any] | None]) -> str:
+    """The median over runs of the share of the averaging that backward hid: `62%`, or where the wait after backward
+    exceeded the averaging alone, `none (wait 3.1× alone)`."""
     known = [o for o in found if o and o.get("share") is not None]
     if not known:
-        return None
-    return {"share": statistics.median(o["share"] for o in known),
-            "wait_over_alone": statistics.median(o["comm_exposed_s"] / o["comm_alone_s"] for o in known)}
-
-
-def overlap_text(overlap: dict[str, float] | None) -> str:
-    """`62%`, or where the wait after backward exceeded the averaging alone, `none (wait 3.1× alone)`."""
-    if overlap is None:
         return "—"
-    if overlap["share"] < 0:
-        return f"none (wait {overlap['wait_over_alone']:.1f}× alone)"
-    return f"{100 * overlap['share']:.0f}%"
-
-
-def figure(value: float | None, spec: str) -> str:
-    return "—" if value is None else format(value, spec)
-
-
-def rss(per_rank: list[float]) -> str:
-    """Each rank's peak resident memory, the largest over the arm's runs: `1.06 / 1.05 GB`."""
-    return " / ".join(f"{b / 1e9:.2f}" for b in per_rank) + " GB" if per_rank else "—"
+    if (share := statistics.median(o["share"] for o in known)) < 0:
+        return f"none (wait {statistics.median(o['comm_exposed_s'] / o['comm_alone_s'] for o in known):.1f}× alone)"
+    return f"{100 * share:.0f}%"
 
 
 def cost_line(comparison: dict[str, Any], workers: int) -> str | None:
@@ -197,14 +146,11 @@ def cost_line(comparison: dict[str, Any], workers: int) -> str | None:
     cost = comparison.get("cpu_cost", {}).get(str(workers))
     if not cost:
         return None
-    floor = comparison.get("noise_floor_cpu", {}).get(str(workers), {})
-    widths = [stats.stored_half_width(e) for e in floor.values() if e["ci95"] is not None]
-    speed_floor = comparison.get("noise_floor", {}).get(str(workers), {})
-    speed_widths = [stats.stored_half_width(e) for e in speed_floor.values() if e["ci95"] is not None]
-    aa = (f" A/A resolution of this figure: ±{100 * max(widths):.1f} % (throughput's: "
-          f"±{100 * max(speed_widths):.1f} %), so CPU cost resolves "
-          f"{'finer' if max(widths) < max(speed_widths) else 'no finer'} than throughput here." if widths and
-          speed_widths else "")
+    cpu = stats.resolution(comparison.get("noise_floor_cpu", {}).get(str(workers), {}))
+    steady = stats.resolution(comparison.get("noise_floor", {}).get(str(workers), {}))
+    aa = (f" A/A resolution of this figure: ±{100 * cpu:.1f} % (throughput's: ±{100 * steady:.1f} %), so CPU cost "
+          f"resolves {'finer' if cpu < steady else 'no finer'} than throughput here."
+          if cpu is not None and steady is not None else "")
     return (f"**CPU cost: {cost['sentence']}** — native ÷ Horovod {ratio_text(cost)}; {speed.CPU_TEXT}.{aa}")
 
 
@@ -248,16 +194,14 @@ def noise_line(comparison: dict[str, Any], workers: int) -> str | None:
     floor = comparison.get("noise_floor", {}).get(str(workers))
     if not floor:
         return None
-    parts, widths = [], []
+    parts = []
     for arm, estimate in floor.items():
         said = f"{arm} ÷ {arm}{AA_SUFFIX} {ratio_text(estimate)}"
-        if estimate["ci95"] is not None:
-            widths.append(stats.stored_half_width(estimate))
-            lo, hi = estimate["ci95"]
-            if not lo <= 1 <= hi:
-                said += " (the interval excludes 1: this design finds a difference where there is none)"
+        if estimate["ci95"] is not None and not estimate["ci95"][0] <= 1 <= estimate["ci95"][1]:
+            said += " (the interval excludes 1: this design finds a difference where there is none)"
         parts.append(said)
-    resolution = f"±{100 * max(widths):.1f} %" if widths else "unknown (one repeat gives no interval)"
+    width = stats.resolution(floor)
+    resolution = "unknown (one repeat gives no interval)" if width is None else f"±{100 * width:.1f} %"
     return (f"**Resolution here: {resolution}** — the A/A control, each arm against itself, interleaved as the A/B "
             f"arms are: {'; '.join(parts)}.")
 
@@ -321,52 +265,43 @@ def overhead_table(comparison: dict[str, Any], workers: int) -> str | None:
     overhead = comparison.get("launcher_overhead", {}).get(str(workers))
     if not overhead:
         return None
-    lines = ["**Ray ÷ vanilla launcher**, paired by round. A steady ratio below 1 means Ray trains slower; an "
-             "end-to-end ratio above 1 means Ray takes longer from launch to return.", "",
-             "| backend | vanilla launcher | steady samples/s, Ray ÷ vanilla | end-to-end time, Ray ÷ vanilla |",
-             "|---|---|---|---|"]
-    for key, section in overhead.items():
-        backend = section.get("backend", key)  # comparisons before mp.spawn keyed the table by backend
-        steady, end = (ratio_text(section[k]) if k in section else "—" for k in ("steady", "end_to_end"))
-        lines.append(f"| {backend} | {section['vanilla']} | {steady} | {end} |")
-    return "\n".join(lines)
+    # section.get("backend", key): comparisons before mp.spawn keyed the table by backend
+    rows = [[section.get("backend", key), section["vanilla"],
+             *(ratio_text(section[k]) if k in section else "—" for k in ("steady", "end_to_end"))]
+            for key, section in overhead.items()]
+    return ("**Ray ÷ vanilla launcher**, paired by round. A steady ratio below 1 means Ray trains slower; an "
+            "end-to-end ratio above 1 means Ray takes longer from launch to return.\n\n" + text.md_table(
+                ["backend", "vanilla launcher", "steady samples/s, Ray ÷ vanilla", "end-to-end time, Ray ÷ vanilla"],
+                rows))
 
 
 def phases_table(comparison: dict[str, Any], workers: int) -> str:
     names = [label.removeprefix("start → ").removeprefix("→ ") for label in runs.PHASE_LABELS.values()]
-    head = f"| arm | runs | {' | '.join(names)} | evaluation (total) | checkpoints (total) |"
-    lines = ["**Where the time goes**: the median over each arm's finished runs, in seconds from the launcher's start "
-             "(evaluation and checkpoints: time spent on them over the whole run). \"Ranks running\" is when the "
-             "ranks' own code began, the same moment under every launcher: it holds process start and imports "
-             "under torchrun, mp.spawn and horovodrun, and the placement of workers on Ray.", "",
-             head, "|" + "---|" * head.count(" | ") + "---|"]
-    for arm, arm_runs in runs.finished(comparison, workers).items():
-        m = runs.median_phases(arm_runs)
-        cells = " | ".join(text.seconds(m[k]) for k in (*runs.PHASE_LABELS, "eval_time_s", "checkpoint_time_s"))
-        lines.append(f"| {arm} | {len(arm_runs)} | {cells} |")
-    return "\n".join(lines)
+    rows = [[arm, len(arm_runs), *map(text.seconds, runs.median_phases(arm_runs).values())]  # the phases, then totals
+            for arm, arm_runs in runs.finished(comparison, workers).items()]
+    return ("**Where the time goes**: the median over each arm's finished runs, in seconds from the launcher's start "
+            "(evaluation and checkpoints: time spent on them over the whole run). \"Ranks running\" is when the "
+            "ranks' own code began, the same moment under every launcher: it holds process start and imports "
+            "under torchrun, mp.spawn and horovodrun, and the placement of workers on Ray.\n\n"
+            + text.md_table(["arm", "runs", *names, "evaluation (total)", "checkpoints (total)"], rows))
 
 
 def step_table(comparison: dict[str, Any], workers: int) -> str | None:
     """A step taken apart (contract/phases.py's STEP_PHASES): each arm's phases in ms, the median over its runs of
     the last epoch's means over the middle half of its steps, with what they leave of the step; then each pair of
     analysis/cause.py per part, paired by round, with its 95 % interval. None for runs that recorded no phases."""
-    found = {arm: runs.last_epochs(arm_runs, "phases_s")
-             for arm, arm_runs in runs.finished(comparison, workers).items()}
-    found = {arm: values for arm, values in found.items() if values}
+    found = {arm: values for arm, arm_runs in runs.finished(comparison, workers).items()
+             if (values := runs.last_epochs(arm_runs, "phases_s"))}
     if not found:
         return None
     names = (*STEP_PHASES, "remainder", "step")
-    head = f"| arm | runs | {' | '.join(names)} |"
+    rows = [[arm, len(values), *(f"{1000 * statistics.fmean(v[name] for v in values):.1f}" for name in names)]
+            for arm, values in found.items()]
     lines = ["**A step taken apart** (ms): each phase's mean over the middle half of the last epoch's measured steps "
              "of every rank (the quickest and slowest quarter left out, so that the parts add up to the step, which "
              "medians taken phase by phase do not), then the mean over the arm's runs, which keeps them adding up; "
              "the remainder is what a step spends outside the phases (zeroing the gradients, bookkeeping; in the "
-             "reference, its emulated averaging).", "", head,
-             "|" + "---|" * head.count(" | ") + "---|"]
-    for arm, values in found.items():
-        cells = " | ".join(f"{1000 * statistics.fmean(v[name] for v in values):.1f}" for name in names)
-        lines.append(f"| {arm} | {len(values)} | {cells} |")
+             "reference, its emulated averaging).", "", text.md_table(["arm", "runs", *names], rows)]
     for a, b in cause.pairs(comparison):
         if found := cause.difference(comparison, workers, a, b):
             lines += ["", cause.difference_line(a, b, found)]
@@ -382,40 +317,24 @@ def options_table(comparison: dict[str, Any]) -> str | None:
     if not by_arm:
         return None
     arms = sorted(by_arm, key=runs.arm_order)
-    lines = [f"| option | {' | '.join(arms)} |", "|" + "---|" * (len(arms) + 1)]
-    for name, flag in OPTION_NAMES.items():
-        if not any(name in by_arm[arm] for arm in arms):
-            continue  # an option younger than these runs
-        cells = [_option(by_arm[arm].get(name, "—")) for arm in arms]
-        lines.append(f"| `{flag}` | {' | '.join(cells)} |")
-    return "\n".join(lines)
-
-
-def _option(value: Any) -> str:
-    if value is True:
-        return "on"
-    if value is False:
-        return "off"
-    return str(value)
+    # An option none of the arms knows is younger than these runs.
+    rows = [[f"`{text.flag(name)}`", *(text.option(by_arm[arm].get(name, "—")) for arm in arms)]
+            for name in OPTION_NAMES if any(name in by_arm[arm] for arm in arms)]
+    return text.md_table(["option", *arms], rows)
 
 
 def artifacts(comparison: dict[str, Any]) -> list[str]:
     """Links to the traces and autotune logs the runs left beside their results."""
-    out = []
-    for run in comparison["runs"]:
-        for path in run.get("artifacts", []):
-            out.append(f"- {run['arm']}, {run['workers']} worker(s), round {run['round'] + 1}: [{path}]({path})")
-    return out
+    return [f"- {run['arm']}, {run['workers']} worker(s), round {run['round'] + 1}: [{path}]({path})"
+            for run in comparison["runs"] for path in run.get("artifacts", [])]
 
 
 def report_markdown(comparison: dict[str, Any]) -> str:
     """The report, verdicts first: what ran, each worker count's verdicts and tables, then what went wrong, where the
     ranks ran, and how every figure is measured."""
-    model = (comparison.get("model") or {}).get("name") or comparison["settings"]["config"].get("model", "convnet")
-    verdicts = [verdict_row(f"model {model}", comparison, n) for n in comparison["settings"]["workers"]]
-    notes = [verdict_notes(f"model {model}", comparison, n) for n in comparison["settings"]["workers"]]
+    setting = f"model {runs.model(comparison)['name']}"
     out = [f"# Native DDP or Horovod? Comparison {comparison['run_id']}", "", model_line(comparison), "",
-           VERDICT_HEAD, "|" + "---|" * (VERDICT_HEAD.count("|") - 1), *verdicts, "", *notes, "",
+           verdict_table([(setting, comparison, n) for n in comparison["settings"]["workers"]]), "",
            setup_line(comparison), *chosen_options(comparison)]
     for workers in comparison["settings"]["workers"]:
         out += workers_section(comparison, workers)
@@ -423,10 +342,15 @@ def report_markdown(comparison: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-VERDICT_HEAD = ("| setting | gradient | workers | steady samples/s, native ÷ Horovod | end to end | CPU per sample | "
-                "efficiency, native / Horovod | parity | rounds |")
-"""The verdicts of one comparison in one row, one short figure per cell (docs/findings.md's per-model table and a grid's
-first table); verdict_notes says each in a sentence beneath."""
+VERDICT_HEAD = ("setting", "gradient", "workers", "steady samples/s, native ÷ Horovod", "end to end", "CPU per sample",
+                "efficiency, native / Horovod", "parity", "rounds")
+
+
+def verdict_table(cells: list[tuple[str, dict[str, Any], int]]) -> str:
+    """The verdicts of each (setting, comparison, workers), one row each, one short figure per cell (docs/findings.md's
+    per-model table and a grid's first table), then each row in words beneath."""
+    return (text.md_table(VERDICT_HEAD, [verdict_row(*cell) for cell in cells]) + "\n\n"
+            + "\n".join(verdict_notes(*cell) for cell in cells))
 
 
 def short(estimate: dict[str, Any] | None) -> str:
@@ -440,7 +364,7 @@ def short(estimate: dict[str, Any] | None) -> str:
     return f"{'undecided ' if lo <= 1 <= hi else ''}{estimate['ratio']:.2f}{stats.interval_text(estimate)}"
 
 
-def verdict_row(setting: str, comparison: dict[str, Any], workers: int) -> str:
+def verdict_row(setting: str, comparison: dict[str, Any], workers: int) -> list[str]:
     """`setting`'s verdicts at `workers` in VERDICT_HEAD's columns: native ÷ Horovod for speed, end to end (runs per
     second) and CPU per sample (below 1: native uses less), then each backend's samples/s ÷ the ceiling's."""
     key = str(workers)
@@ -449,9 +373,9 @@ def verdict_row(setting: str, comparison: dict[str, Any], workers: int) -> str:
     found = comparison.get("efficiency", {}).get(key, {})
     efficiency = f"{short(found.get(a))} / {short(found.get(b))}" if found else "—"
     size = comparison.get("model", {}).get("gradient_bytes")
-    return (f"| {setting} | {text.size(size) if size else '—'} | {workers} | {said['speed']} | {said['end_to_end']} "
-            f"| {said['cpu_cost']} | {efficiency} | {comparison['parity'].get(key, {}).get('verdict', '—')} "
-            f"| {runs.rounds(comparison)} |")
+    return [setting, text.size(size) if size else "—", str(workers), said["speed"], said["end_to_end"],
+            said["cpu_cost"], efficiency, comparison["parity"].get(key, {}).get("verdict", "—"),
+            str(runs.rounds(comparison))]
 
 
 def verdict_notes(setting: str, comparison: dict[str, Any], workers: int) -> str:
@@ -459,7 +383,7 @@ def verdict_notes(setting: str, comparison: dict[str, Any], workers: int) -> str
     key = str(workers)
     said = [f"{label}: {(comparison.get(name, {}).get(key) or {}).get('sentence', 'not measured')}"
             for name, label in (("speed", "speed"), ("end_to_end", "end to end"), ("cpu_cost", "CPU per sample"))]
-    overlaps = {r["arm"]: overlap_text(r["overlap"]) for r in rows(comparison, workers)}
+    overlaps = {r["arm"]: r["overlap"] for r in rows(comparison, workers)}
     a, b = speed.compared_arms(comparison["settings"]["launchers"])
     said.append(f"overlap {a} / {b}: {overlaps.get(a, '—')} / {overlaps.get(b, '—')}")
     return f"- **{setting}, {workers} worker(s)**: " + "; ".join(said) + "."
@@ -483,9 +407,9 @@ def setup_line(comparison: dict[str, Any]) -> str:
 
 def ceiling_text(comparison: dict[str, Any]) -> str:
     """Where the ceiling ran in fewer rounds than the compared arms (the first few, orchestrator.CEILING_ROUNDS)."""
-    ran = {(r["workers"], r["round"]) for r in comparison["runs"] if r["arm"].startswith(CEILING)}
-    counts = {n for n, _ in ran}
-    fewest = min((sum(1 for m, _ in ran if m == n) for n in counts), default=0)
+    rounds = {(r["workers"], r["round"]) for r in comparison["runs"] if r["arm"].startswith(CEILING)}
+    ran = Counter(n for n, _ in rounds)
+    fewest = min(ran.values(), default=0)
     return f" (the ceiling in the first {fewest})" if ran and fewest < runs.rounds(comparison) else ""
 
 
@@ -504,24 +428,18 @@ def placement_words(comparison: dict[str, Any]) -> str:
 
 
 def _own_cores(placement: list[dict[str, Any]]) -> bool:
-    """Whether the ranks on each machine ran on disjoint sets of cores."""
+    """Whether the ranks on each machine ran on disjoint sets of cores (each rank's as spans: "0-2,5")."""
     seen: dict[str, set[int]] = {}
     for p in placement:
-        cores = set(_core_list(p.get("cores", "")))
+        cores = set()
+        for span in filter(None, p.get("cores", "").split(",")):
+            lo, _, hi = span.partition("-")
+            cores.update(range(int(lo), int(hi or lo) + 1))
         taken = seen.setdefault(p.get("host", ""), set())
         if not cores or cores & taken:
             return False
         taken |= cores
     return True
-
-
-def _core_list(spans: str) -> list[int]:
-    """"0-2,5" as [0, 1, 2, 5]."""
-    out = []
-    for part in filter(None, spans.split(",")):
-        lo, _, hi = part.partition("-")
-        out += range(int(lo), int(hi or lo) + 1)
-    return out
 
 
 def kept_text(comparison: dict[str, Any]) -> str:
@@ -586,7 +504,7 @@ def chosen_options(comparison: dict[str, Any]) -> list[str]:
     s, cfg, out = comparison["settings"], comparison["settings"]["config"], []
     if own := s.get("per_backend"):
         out += ["", "**Each backend at its own best setting** of a tuning grid: " + "; ".join(
-            f"{backend}: " + ", ".join(f"--{k.replace('_', '-')} {_option(v)}" for k, v in chosen.items())
+            f"{backend}: " + ", ".join(f"{text.flag(k)} {text.option(v)}" for k, v in chosen.items())
             for backend, chosen in own.items()) + ". No reference ran and parity is not judged: the two compute "
             "differently on purpose."]
     if options := options_table(comparison):
@@ -646,9 +564,8 @@ def parity_lines(comparison: dict[str, Any], workers: int) -> list[str]:
     if verdict["verdict"] != "PASS" and (comparison.get("model") or {}).get("dropout"):
         out += [DROPOUT_NOTE, ""]
     explained = verdict.get("explained", {})
-    for pair, diff in verdict["max_abs_step_loss_difference"].items():
-        said = f" — explained: {explained[pair]}" if pair in explained else ""
-        out.append(f"- {pair}: {text.number(diff)}{said}")
+    out += [f"- {pair}: {text.number(diff)}" + (f" — explained: {explained[pair]}" if pair in explained else "")
+            for pair, diff in verdict["max_abs_step_loss_difference"].items()]
     out += identical_parameters(comparison, workers)
     out += [f"- {pair} (information, not part of the verdict): {text.number(diff)}"
             for pair, diff in verdict["informational"].items()]
@@ -711,7 +628,7 @@ def definitions(comparison: dict[str, Any]) -> list[str]:
 
 def model_line(comparison: dict[str, Any]) -> str:
     """What the runs trained: the model, its size and its gradient, and what that means for the backends."""
-    model = comparison.get("model") or {"name": comparison["settings"]["config"].get("model", "convnet")}
+    model = runs.model(comparison)
     name = model["name"]
     spec = models.spec(name)
     size = (f", {model['parameters'] / 1e6:.2f} M parameters, {text.size(model['gradient_bytes'])} of float32 "
@@ -736,7 +653,7 @@ def interfaces_line(comparison: dict[str, Any]) -> str | None:
 
 def placement_table(comparison: dict[str, Any]) -> str | None:
     """One row per finished run: how many nodes its ranks used, and which ranks (local rank, cores) ran on each."""
-    lines = []
+    rows = []
     for r in comparison["runs"]:
         if r["status"] != "ok" or not r.get("placement"):
             continue
@@ -745,13 +662,10 @@ def placement_table(comparison: dict[str, Any]) -> str | None:
             on = f", cores {p['cores']}" if p.get("cores") else ""  # results written before cores were recorded
             nodes.setdefault(f"{p['node_ip']} ({p['node_id'][:8]})", []).append(
                 f"{p['rank']} (local {p['local_rank']}{on})")
-        where = "; ".join(f"{node}: rank {', '.join(ranks)}" for node, ranks in nodes.items())
-        run = f"{r['arm']}, {r['workers']} worker(s)" + (f", round {r['round'] + 1}" if r["launcher"] != "local"
-                                                            else "")
-        lines.append(f"| {run} | {len(nodes)} | {where} |")
-    if not lines:
-        return None
-    return "\n".join(["| run | nodes | ranks by node |", "|---|---|---|", *lines])
+        rows.append([f"{r['arm']}, {r['workers']} worker(s)" + (f", round {r['round'] + 1}" if r["launcher"] != "local"
+                                                                 else ""), len(nodes),
+                     "; ".join(f"{node}: rank {', '.join(ranks)}" for node, ranks in nodes.items())])
+    return text.md_table(["run", "nodes", "ranks by node"], rows) if rows else None
 
 
 def identical_parameters(comparison: dict[str, Any], workers: int) -> list[str]:

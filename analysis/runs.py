@@ -13,8 +13,8 @@ from contract.config import ConfigError
 COMPARISON = "comparison.json"
 SCHEMA_VERSION = 2
 REQUIRED = ("schema_version", "run_id", "settings", "environment", "wall_time_s", "runs", "parity", "not_applicable")
-ORDER = ("reference", "reference-horovod", "reference-reordered", "global-batch", *speed.DISTRIBUTED_ARMS, *speed.CEILINGS,
-         "dataparallel")
+ORDER = ("reference", "reference-horovod", "reference-reordered", "global-batch", *speed.DISTRIBUTED_ARMS,
+         *speed.CEILINGS, "dataparallel")
 
 
 def arm_order(arm: str) -> tuple[int, str]:
@@ -27,10 +27,10 @@ PHASE_LABELS = dict(zip(phases.PHASES, ("start → ranks running", "→ process 
 """contract/phases.py's phases, in order, with the name each segment gets in the overhead plot."""
 
 
-def read_json(path: Path, fix: str, **hooks: Any) -> Any:
-    """A JSON file's content, or a ConfigError saying why it cannot be read, and `fix`; `hooks` go to json.loads."""
+def read_json(path: Path, fix: str) -> Any:
+    """A JSON file's content, or a ConfigError saying why it cannot be read, and `fix`."""
     try:
-        return json.loads(path.read_text(), **hooks)
+        return json.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path} does not exist; {fix}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -86,6 +86,11 @@ def median_phases(runs: list[dict[str, Any]]) -> dict[str, float]:
     out["eval_time_s"] = statistics.median(r["eval_time_s"] for r in runs)
     out["checkpoint_time_s"] = statistics.median(r["checkpoint_time_s"] for r in runs)
     return out
+
+
+def model(comparison: dict[str, Any]) -> dict[str, Any]:
+    """The model the runs trained, as comparison.json records it; its name alone where the file predates the record."""
+    return comparison.get("model") or {"name": comparison["settings"]["config"].get("model", "convnet")}
 
 
 def hardware(comparison: dict[str, Any]) -> str:

@@ -16,8 +16,6 @@ CPU_METRIC = "cpu_s_per_1k_samples"
 END_TO_END = "end_to_end_s"
 CPU_TEXT = ("CPU cost: CPU-seconds per 1,000 samples over every thread of every rank (the frameworks' communication "
             "threads included), the last epoch's measured steps")
-METRIC_TEXT = ("steady-state throughput: total samples/s from the median step time of the last epoch, warm-up steps "
-               "left out")
 OWN_LAUNCHER_ARMS = {f"{backend}/{launcher}": backend for backend, launchers in OWN_LAUNCHERS.items()
                      for launcher in launchers}
 """Each backend's arms under its own launchers, by label: the backend each trains."""
@@ -81,19 +79,15 @@ def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str],
     has both. `pilot`: the rounds that were a two-stage pilot (compare --target-ci); `one_round`: what stopped the
     rounds at one and what helps, where it was not --repeats."""
     a, b = compared_arms(launchers)
-    launcher = "ray" if "ray" in launchers else "own launchers"
     found = estimate(runs, workers, a, b, pilot)
     if found is None:
         return None
     native, horovod = paired(runs, workers, a, b, METRIC)
     load = machine_load(runs, workers, (a, b))
-    return {
-        "metric": METRIC, "launcher": launcher, **estimate_dict(found),
-        "verdict": stats.speed_verdict(found),
-        "sentence": stats.speed_sentence(found, **({"one_round": one_round} if one_round else {}))
-        + (f" — {load['caveat']}" if load else ""),
-        "native": native, "horovod": horovod, "machine_load": load,
-    }
+    return {"metric": METRIC, "launcher": "ray" if "ray" in launchers else "own launchers", **estimate_dict(found),
+            "verdict": stats.speed_verdict(found),
+            "sentence": stats.speed_sentence(found, one_round=one_round) + (f" — {load['caveat']}" if load else ""),
+            "native": native, "horovod": horovod, "machine_load": load}
 
 
 def end_to_end(runs: list[dict[str, Any]], workers: int, launchers: list[str],
@@ -106,7 +100,7 @@ def end_to_end(runs: list[dict[str, Any]], workers: int, launchers: list[str],
         return None
     native, horovod = paired(runs, workers, a, b, END_TO_END)
     return {"metric": END_TO_END, **estimate_dict(found), "verdict": stats.speed_verdict(found),
-            "sentence": stats.speed_sentence(found, **({"one_round": one_round} if one_round else {})),
+            "sentence": stats.speed_sentence(found, one_round=one_round),
             "native": native, "horovod": horovod}
 
 
@@ -166,14 +160,11 @@ def spread(runs: list[dict[str, Any]], workers: int, arms: list[str]) -> dict[st
 
 def launcher_overhead(runs: list[dict[str, Any]], workers: int, pilot: int | None = None) -> dict[str, Any]:
     """Ray ÷ each of the backend's own launchers, for steady-state throughput and for end-to-end wall time, by the
-    vanilla arm's label.
-
-    A steady ratio below 1 means Ray trains slower; an end-to-end ratio above 1 means Ray takes longer overall.
-    """
+    vanilla arm's label."""
     out = {}
     for vanilla, backend in OWN_LAUNCHER_ARMS.items():
         section = {"backend": backend, "vanilla": vanilla.split("/")[1]}
-        for name, key in (("steady", METRIC), ("end_to_end", "end_to_end_s")):
+        for name, key in (("steady", METRIC), ("end_to_end", END_TO_END)):
             if found := estimate(runs, workers, backend, vanilla, pilot, key):
                 section[name] = estimate_dict(found)
         if len(section) > 2:

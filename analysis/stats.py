@@ -14,9 +14,6 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# How names are written in a sentence; any other name is written as given.
-DISPLAY_NAMES: Mapping[str, str] = {"native": "native", "horovod": "Horovod"}
-
 _CF_MAX_ITERATIONS = 100_000  # the continued fraction needs about sqrt(df) terms, so this covers df up to ~1e9
 _CF_EPS = 1e-15
 _TINY = 1e-300  # keeps Lentz's method away from dividing by zero
@@ -119,20 +116,10 @@ def paired_ratio(a: Sequence[float], b: Sequence[float], confidence: float = 0.9
         if not (math.isfinite(value) and value > 0):
             raise ValueError(f"every value must be finite and > 0, got {value}")
     ratios = tuple(x / y for x, y in zip(a, b))
-    logs = [math.log(r) for r in ratios]
-    mean = statistics.fmean(logs)
-    n = len(ratios)
-    if n == 1:
+    if len(ratios) == 1:
         # One pair has no spread to measure; an interval from it would be invented.
         return RatioEstimate(ratio=ratios[0], ci95=None, n=1, ratios=ratios, confidence=confidence)
-    half = t_quantile((1.0 + confidence) / 2.0, n - 1) * statistics.stdev(logs) / math.sqrt(n)
-    return RatioEstimate(
-        ratio=math.exp(mean),
-        ci95=(math.exp(mean - half), math.exp(mean + half)),
-        n=n,
-        ratios=ratios,
-        confidence=confidence,
-    )
+    return _log_interval(ratios, confidence)
 
 
 def two_stage_ratio(a: Sequence[float], b: Sequence[float], pilot: int, confidence: float = 0.95) -> RatioEstimate:
@@ -144,12 +131,21 @@ def two_stage_ratio(a: Sequence[float], b: Sequence[float], pilot: int, confiden
     enough, covers less than it claims; this one does not."""
     if not 2 <= pilot <= len(a):
         raise ValueError(f"a two-stage interval needs a pilot of 2 to {len(a)} pairs, got {pilot}")
-    whole = paired_ratio(a, b, confidence)
-    logs = [math.log(r) for r in whole.ratios]
+    return _log_interval(paired_ratio(a, b, confidence).ratios, confidence, pilot)
+
+
+def _log_interval(ratios: tuple[float, ...], confidence: float, pilot: int | None = None) -> RatioEstimate:
+    """The geometric mean of `ratios` and its t interval on the logs, the spread from the pilot's where one ran."""
+    logs = [math.log(r) for r in ratios]
     mean = statistics.fmean(logs)
-    half = t_quantile((1.0 + confidence) / 2.0, pilot - 1) * statistics.stdev(logs[:pilot]) / math.sqrt(len(logs))
+    half = _t_half(logs[:pilot] if pilot else logs, len(logs), confidence)
     return RatioEstimate(ratio=math.exp(mean), ci95=(math.exp(mean - half), math.exp(mean + half)), n=len(logs),
-                         ratios=whole.ratios, confidence=confidence, pilot=pilot)
+                         ratios=ratios, confidence=confidence, pilot=pilot)
+
+
+def _t_half(spread: Sequence[float], n: int, confidence: float) -> float:
+    """The half-width of a t interval on a mean of `n` values, the spread and degrees of freedom from `spread`."""
+    return t_quantile((1.0 + confidence) / 2.0, len(spread) - 1) * statistics.stdev(spread) / math.sqrt(n)
 
 
 def two_stage_rounds(pilot_ratios: Sequence[float], target: float, confidence: float = 0.95) -> int:
@@ -158,8 +154,7 @@ def two_stage_rounds(pilot_ratios: Sequence[float], target: float, confidence: f
     logs = [math.log(r) for r in pilot_ratios]
     if len(logs) < 2:
         raise ValueError("a pilot needs at least 2 pairs to measure its spread")
-    scaled_sd = t_quantile((1.0 + confidence) / 2.0, len(logs) - 1) * statistics.stdev(logs)
-    return max(len(logs), math.ceil((scaled_sd / math.log1p(target)) ** 2))
+    return max(len(logs), math.ceil((_t_half(logs, 1, confidence) / math.log1p(target)) ** 2))
 
 
 WIDE = 0.5
@@ -192,6 +187,12 @@ def stored_half_width(estimate: Mapping[str, object]) -> float:
     return estimate.get("half_width") or _half_width(*estimate["ci95"])
 
 
+def resolution(floor: Mapping[str, Mapping[str, Any]]) -> float | None:
+    """The A/A resolution of stored estimates (each arm against its twin): their widest half-width; None where none
+    has an interval."""
+    return max((stored_half_width(e) for e in floor.values() if e["ci95"] is not None), default=None)
+
+
 def half_width(estimate: RatioEstimate) -> float | None:
     """The interval's half-width as a fraction of the ratio (0.03: ±3 %), on the log scale where it is symmetric;
     None without an interval."""
@@ -208,15 +209,15 @@ MAX_ROUNDS = 200
 """The most rounds `rounds_to_decide` looks ahead: a gap that needs more is within this machine's noise."""
 
 
-def speed_verdict(estimate: RatioEstimate, a_name: str = "native", b_name: str = "horovod") -> str:
+def speed_verdict(estimate: RatioEstimate) -> str:
     """A winner only when the whole interval is on one side of 1; otherwise undecided."""
     if estimate.ci95 is None:
         return UNDECIDED
     lo, hi = estimate.ci95
     if lo > 1.0:
-        return f"{a_name} faster"
+        return "native faster"
     if hi < 1.0:
-        return f"{b_name} faster"
+        return "horovod faster"
     return UNDECIDED
 
 
@@ -244,70 +245,49 @@ def _signed_percent(value: float) -> str:
     return f"{value:+.1f}".replace("-", "\u2212")
 
 
-def speed_sentence(
-    estimate: RatioEstimate,
-    a_name: str = "native",
-    b_name: str = "horovod",
-    *,
-    display: Mapping[str, str] | None = None,
-    one_round: str = "run with --repeats 2 or more",
-) -> str:
+def speed_sentence(estimate: RatioEstimate, one_round: str | None = None) -> str:
     """The verdict as one sentence, with the gap stated from the winner's side so the percentage reads naturally;
-    `one_round`: what to do where one round gave no interval."""
-    names = DISPLAY_NAMES if display is None else display
-    a_shown, b_shown = names.get(a_name, a_name), names.get(b_name, b_name)
+    `one_round`: what to do where one round gave no interval (else: run with --repeats 2 or more)."""
     r = estimate.ratio
     if estimate.ci95 is None:
-        return (
-            f"one repeat gives no interval, so no verdict: {one_round} "
-            f"(single-run ratio: {_signed_percent(100.0 * (r - 1.0))} %)"
-        )
+        return (f"one repeat gives no interval, so no verdict: {one_round or 'run with --repeats 2 or more'} "
+                f"(single-run ratio: {_signed_percent(100.0 * (r - 1.0))} %)")
     lo, hi = estimate.ci95
-    label = f"{100.0 * estimate.confidence:g} % CI"
-    verdict = speed_verdict(estimate, a_name, b_name)
+    label, width = f"{100.0 * estimate.confidence:g} % CI", f"±{100.0 * half_width(estimate):.1f} %"
+    verdict = speed_verdict(estimate)
     if verdict == UNDECIDED and half_width(estimate) > WIDE:
         return (f"{estimate.n} rounds give no useful interval (±{100.0 * half_width(estimate):.0f} %), so no "
                 f"verdict: {too_few(estimate.ratios)}")
-    if verdict == f"{a_name} faster":
-        return (
-            f"{a_shown} is {100.0 * (r - 1.0):.1f} % faster "
-            f"({label} {100.0 * (lo - 1.0):.1f}–{100.0 * (hi - 1.0):.1f} %, ±{100.0 * half_width(estimate):.1f} %)"
-        )
-    if verdict == f"{b_name} faster":
-        # b's gain over a is 1/r - 1; inverting swaps the interval's ends.
-        return (
-            f"{b_shown} is {100.0 * (1.0 / r - 1.0):.1f} % faster "
-            f"({label} {100.0 * (1.0 / hi - 1.0):.1f}–{100.0 * (1.0 / lo - 1.0):.1f} %, "
-            f"±{100.0 * half_width(estimate):.1f} %)"
-        )
-    # Signed, and said to be a relative to b, because here neither side is the winner to measure from.
+    if verdict == "native faster":
+        return (f"native is {100.0 * (r - 1.0):.1f} % faster ({label} {100.0 * (lo - 1.0):.1f}–"
+                f"{100.0 * (hi - 1.0):.1f} %, {width})")
+    if verdict == "horovod faster":
+        # Horovod's gain over native is 1/r - 1; inverting swaps the interval's ends.
+        return (f"Horovod is {100.0 * (1.0 / r - 1.0):.1f} % faster ({label} {100.0 * (1.0 / hi - 1.0):.1f}–"
+                f"{100.0 * (1.0 / lo - 1.0):.1f} %, {width})")
+    # Signed, native relative to Horovod, because here neither side is the winner to measure from.
     needed = rounds_to_decide(estimate)
     outlook = (f"about {needed - estimate.n} more round(s) would just clear 1 if the gap and spread held (an even "
                "chance; --target-ci picks the rounds validly)" if needed else
                f"a gap this small would take more than {MAX_ROUNDS} rounds to decide")
-    return (
-        f"undecided at this resolution ({a_shown} vs {b_shown}: {label} "
-        f"{_signed_percent(100.0 * (lo - 1.0))} – {_signed_percent(100.0 * (hi - 1.0))} %, "
-        f"±{100.0 * half_width(estimate):.1f} %); {outlook}"
-    )
+    return (f"undecided at this resolution (native vs Horovod: {label} {_signed_percent(100.0 * (lo - 1.0))} – "
+            f"{_signed_percent(100.0 * (hi - 1.0))} %, {width}); {outlook}")
 
 
-def cost_sentence(estimate: RatioEstimate, a_name: str = "native", b_name: str = "horovod") -> str:
-    """A cost ratio (a ÷ b, lower is cheaper) as one sentence: who uses less, by how much, with the interval."""
-    names = DISPLAY_NAMES
-    a_shown, b_shown = names.get(a_name, a_name), names.get(b_name, b_name)
+def cost_sentence(estimate: RatioEstimate) -> str:
+    """native ÷ Horovod as a cost (lower is cheaper) in one sentence: who uses less, by how much, with the interval."""
     r = estimate.ratio
     if estimate.ci95 is None:
         return f"one repeat gives no interval (single-run ratio {r:.3f})"
     lo, hi = estimate.ci95
     width = f"±{100.0 * half_width(estimate):.1f} %"
     if hi < 1.0:
-        return (f"{a_shown} uses {100.0 * (1 - r):.1f} % less (95 % CI {100 * (1 - hi):.1f}–{100 * (1 - lo):.1f} %, "
+        return (f"native uses {100.0 * (1 - r):.1f} % less (95 % CI {100 * (1 - hi):.1f}–{100 * (1 - lo):.1f} %, "
                 f"{width})")
     if lo > 1.0:
-        return (f"{b_shown} uses {100.0 * (1 - 1 / r):.1f} % less (95 % CI {100 * (1 - 1 / lo):.1f}–"
+        return (f"Horovod uses {100.0 * (1 - 1 / r):.1f} % less (95 % CI {100 * (1 - 1 / lo):.1f}–"
                 f"{100 * (1 - 1 / hi):.1f} %, {width})")
-    return (f"undecided ({a_shown} ÷ {b_shown} 95 % CI {lo:.3f}–{hi:.3f}, {width})")
+    return f"undecided (native ÷ Horovod 95 % CI {lo:.3f}–{hi:.3f}, {width})"
 
 
 def balanced_order(arms: Sequence[T], repeats: int) -> list[tuple[int, T]]:
@@ -332,22 +312,6 @@ def _williams(n: int) -> list[list[int]]:
     if n % 2:
         return [order for row in rows for order in (row, row[::-1])]
     return [order for k in range(n // 2) for order in (rows[k], rows[k + n // 2])]  # row k + n/2 mirrors row k
-
-
-def spread(values: Sequence[float]) -> dict[str, float]:
-    """Run-to-run spread, reported beside every figure so a reader can tell whether to trust it."""
-    if not values:
-        raise ValueError("spread needs at least one value")
-    mean = statistics.fmean(values)
-    lo, hi = min(values), max(values)
-    return {
-        "n": len(values),
-        "mean": mean,
-        "min": lo,
-        "max": hi,
-        # NaN rather than ZeroDivisionError: an all-zero series should still render in the report.
-        "rel_range": (hi - lo) / mean if mean else math.nan,
-    }
 
 
 def variance_parts(launches: Sequence[Sequence[float]]) -> dict[str, float | int] | None:
@@ -377,7 +341,7 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[fl
     mean = statistics.fmean(values)
     if len(values) == 1:
         return mean, None
-    half = t_quantile((1.0 + confidence) / 2.0, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    half = _t_half(values, len(values), confidence)
     return mean, (mean - half, mean + half)
 
 

@@ -14,7 +14,7 @@ def summary(comparison: dict[str, Any], run_dir: Path) -> list[str]:
     """At most 15 lines for one worker count, verdict first."""
     s = comparison["settings"]
     where = "on Ray" if "ray" in s["launchers"] else "under " + " and ".join(speed.compared_arms(s["launchers"]))
-    model = comparison.get("model") or {"name": s["config"].get("model", "convnet")}
+    model = runs.model(comparison)
     size = f" ({text.size(model['gradient_bytes'])} of gradient)" if model.get("gradient_bytes") else ""
     out = [f"Native DDP or Horovod? {model['name']}{size}, {where}, {runs.rounds(comparison)} round(s), "
            f"{text.duration(comparison['wall_time_s'])}:"]
@@ -47,8 +47,8 @@ def per_workers(comparison: dict[str, Any], n: int) -> list[str]:
                                             "ceiling's runs were slowed (the report says which)"
                                             if any(e["ratio"] > 1 for e in found.values()) else ""))
     if floor := comparison.get("noise_floor", {}).get(key):
-        widths = [stats.stored_half_width(e) for e in floor.values() if e["ci95"] is not None]
-        out.append(f"A/A resolution: ±{100 * max(widths):.1f} %" if widths else "A/A resolution: one round, unknown")
+        width = stats.resolution(floor)
+        out.append("A/A resolution: one round, unknown" if width is None else f"A/A resolution: ±{100 * width:.1f} %")
     if verdict := comparison["parity"].get(key):
         largest = parity.largest(verdict)
         floor = parity.floor_words(verdict)
@@ -66,7 +66,7 @@ def per_workers(comparison: dict[str, Any], n: int) -> list[str]:
 def grid_summary(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], grid_dir: Path) -> list[str]:
     """A tuning grid or a --models run: one line per setting and worker count, the verdict first."""
     out = [f"Native DDP or Horovod? {len(grid['settings'])} comparison(s), varying "
-           + ", ".join("--" + name.replace("_", "-") for name in grid["varied"]) + ":"]
+           + ", ".join(map(text.flag, grid["varied"])) + ":"]
     for setting in grid["settings"]:
         comparison = comparisons[setting["folder"]]
         named = ", ".join(f"{name.replace('_', '-')} {setting[name]}" for name in grid["varied"])
@@ -74,17 +74,13 @@ def grid_summary(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], g
             answer = comparison["speed"].get(str(n))
             parity = comparison["parity"].get(str(n), {}).get("verdict", "not judged")
             out.append(f"  {named}, {n} worker(s): {answer['sentence'] if answer else 'no verdict'}; parity {parity}")
-    cut = [f"not run (--budget-min spent): {', '.join(grid['budget_cut'])}"] if grid.get("budget_cut") else []
-    one = ["1 worker: each backend ran one rank, so no gradient averaging was measured; what shows is that both paths "
-           "build, train and agree, and each framework's own cost per step"] if grid["workers"] == [1] else []
-    return out + cut + one + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]
+    return out + _grid_end(grid, grid_dir)
 
 
 def check_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], grid_dir: Path) -> list[str]:
     """The GPU check's one table (ray_jobs/gpu_check.py): per setting and worker count, each backend's mean steady
     samples/s, native ÷ Horovod paired, parity, and what averaged the gradients."""
-    out = ["| setting | workers | native samples/s | Horovod samples/s | native ÷ Horovod (95 % CI) | parity "
-           "| averaged by | efficiency native / Horovod |", "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for setting in grid["settings"]:
         comparison = comparisons[setting["folder"]]
         a, b = speed.compared_arms(comparison["settings"]["launchers"])
@@ -102,8 +98,15 @@ def check_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], gr
                 finished[arm][0].get("averaged_by") or "?" if arm in finished else "?" for arm in (a, b))
             found = comparison.get("efficiency", {}).get(str(n), {})
             efficiency = " / ".join(f"{found[arm]['ratio']:.2f}" if arm in found else "—" for arm in (a, b))
-            out.append(f"| {named} | {n} | {means[0]} | {means[1]} | {ratio} | {parity} | {by} | {efficiency} |")
+            rows.append([named, n, *means, ratio, parity, by, efficiency])
+    head = ["setting", "workers", "native samples/s", "Horovod samples/s", "native ÷ Horovod (95 % CI)", "parity",
+            "averaged by", "efficiency native / Horovod"]
+    return text.md_table(head, rows).split("\n") + _grid_end(grid, grid_dir)
+
+
+def _grid_end(grid: dict[str, Any], grid_dir: Path) -> list[str]:
+    """The lines after a grid's verdicts: the settings --budget-min left out, what 1 worker shows, the report."""
     cut = [f"not run (--budget-min spent): {', '.join(grid['budget_cut'])}"] if grid.get("budget_cut") else []
     one = ["1 worker: each backend ran one rank, so no gradient averaging was measured; what shows is that both paths "
            "build, train and agree, and each framework's own cost per step"] if grid["workers"] == [1] else []
-    return out + cut + one + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]
+    return cut + one + [f"report: {grid_dir / 'report.md'} (each setting's report in its folder)"]

@@ -1,4 +1,4 @@
-"""How every report writes its figures: a number, seconds, a link rate, bytes, a signed percentage, and a Markdown
+"""How every report writes its figures: a number, seconds, a link rate, bytes, a flag and its value, and a Markdown
 table; written once, so that the same figure reads the same in every report."""
 
 from collections.abc import Sequence
@@ -42,8 +42,14 @@ def size(count: float) -> str:
     return f"{count:.0f} B"
 
 
-def signed_percent(value: float) -> str:
-    return f"{100 * value:+.0f} %"
+def flag(name: str) -> str:
+    """The command-line flag of a config field: `--bucket-mb` for bucket_mb."""
+    return "--" + name.replace("_", "-")
+
+
+def option(value: object) -> str:
+    """An option's value as its flag takes it: `on` or `off` for a switch, anything else as written."""
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
 def md_table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from analysis import plots, report, runs, speed, stats
+from analysis import plots, report, runs, speed, stats, text
 from contract.config import BACKENDS, ConfigError
 
 GRID = "grid.json"
@@ -27,25 +27,28 @@ def load(grid_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]
 
 
 def rows(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per setting, worker count and distributed arm: its mean steady samples/s and their t interval, the
+    setting's verdict and parity, and the arm's costs as its comparison's table gives them."""
     out = []
     for setting in grid["settings"]:
         comparison = comparisons[setting["folder"]]
         for workers in grid["workers"]:
-            answer = comparison["speed"].get(str(workers))
-            parity = comparison["parity"].get(str(workers), {}).get("verdict", "—")
-            costs = {r["arm"]: r for r in report.rows(comparison, workers)}
+            cells = {r["arm"]: r for r in report.rows(comparison, workers)}
             for arm, arm_runs in runs.finished(comparison, workers).items():
                 if arm not in speed.DISTRIBUTED_ARMS:
                     continue
                 values = [r[speed.METRIC] for r in arm_runs]
                 mean, interval = stats.mean_interval(values)
-                cost = costs[arm]
                 out.append({"setting": {name: setting[name] for name in grid["varied"]}, "folder": setting["folder"],
                             "workers": workers, "arm": arm, "mean": mean, "ci95": interval, "runs": len(values),
-                            "native_over_horovod": answer, "parity": parity, "comm_share": cost["comm_share"],
-                            "overlap": cost["overlap"], "cpu_per_1k": cost["cpu_per_1k"],
-                            "peak_rss_per_rank": cost["peak_rss_per_rank"]})
+                            "native_over_horovod": comparison["speed"].get(str(workers)),
+                            "parity": comparison["parity"].get(str(workers), {}).get("verdict", "—"),
+                            "costs": [cells[arm][column] for column in COSTS]})
     return out
+
+
+COSTS = ("comm share (median of runs)", "overlap", "CPU s per 1k samples", "peak RSS per rank")
+"""The columns of a comparison's table (report.rows) that the tuning table repeats for each arm."""
 
 
 def group(setting: dict[str, Any]) -> str:
@@ -72,25 +75,21 @@ def bests(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]], workers:
 
 
 def table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
-    varied = grid["varied"]
-    head = (f"| {' | '.join('--' + name.replace('_', '-') for name in varied)} | workers | arm "
-            "| steady samples/s, mean (95 % CI), runs | native ÷ Horovod, paired (95 % CI) | verdict | parity "
-            "| comm share | overlap | CPU s per 1k samples | peak RSS per rank |")
-    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
-    shown = set()
+    """One row per setting, worker count and distributed arm: its samples/s and costs, with the setting's verdict."""
+    lines, shown = [], set()
     for row in rows(grid, comparisons):
-        group = (row["folder"], row["workers"])  # the ratio belongs to the setting and worker count: said once
-        values = " | ".join(_value(name, row["setting"][name]) for name in varied)
+        answer = row["native_over_horovod"]
+        said = answer and (row["folder"], row["workers"]) not in shown  # the setting's and worker count's: said once
+        shown.add((row["folder"], row["workers"]))
         interval = (f"{row['mean']:.0f} ({row['ci95'][0]:.0f}–{row['ci95'][1]:.0f}), n={row['runs']}"
                     if row["ci95"] else f"{row['mean']:.0f}, n={row['runs']}")
-        answer = row["native_over_horovod"]
-        said = answer and group not in shown
-        ratio, verdict = (report.ratio_text(answer), report.decision(answer)) if said else ("", "")
-        shown.add(group)
-        lines.append(f"| {values} | {row['workers']} | {row['arm']} | {interval} | {ratio} | {verdict} "
-                     f"| {row['parity']} | {100 * row['comm_share']:.1f}% | {report.overlap_text(row['overlap'])} "
-                     f"| {report.figure(row['cpu_per_1k'], '.2f')} | {report.rss(row['peak_rss_per_rank'])} |")
-    return "\n".join(lines)
+        lines.append([*([_value(name, row["setting"][name]) for name in grid["varied"]] or [""]), row["workers"],
+                      row["arm"], interval, report.ratio_text(answer) if said else "",
+                      report.decision(answer) if said else "", row["parity"], *row["costs"]])
+    head = [*([text.flag(name) for name in grid["varied"]] or [""]), "workers", "arm",
+            "steady samples/s, mean (95 % CI), runs", "native ÷ Horovod, paired (95 % CI)", "verdict", "parity",
+            "comm share", "overlap", "CPU s per 1k samples", "peak RSS per rank"]
+    return text.md_table(head, lines)
 
 
 def best_lines(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[str]:
@@ -118,45 +117,36 @@ def best_lines(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> 
 
 def intervals(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """One verdict-plot row per setting and worker count that has a native ÷ Horovod answer."""
-    out = []
-    for setting in grid["settings"]:
-        for workers in grid["workers"]:
-            if answer := comparisons[setting["folder"]]["speed"].get(str(workers)):
-                named = ", ".join(f"{name.replace('_', '-')} {_value(name, setting[name])}"
-                                  for name in grid["varied"])
-                out.append((f"{named}, {workers} worker(s)", answer))
-    for model, best in grid.get("best", {}).items():
-        for workers in grid["workers"]:
-            if answer := comparisons[best["folder"]]["speed"].get(str(workers)):
-                out.append((f"{model}: each backend at its best, {workers} worker(s)", answer))
-    return out
+    labels = [(named(grid, s), s["folder"]) for s in grid["settings"]] + [
+        (f"{model}: each backend at its best", best["folder"]) for model, best in grid.get("best", {}).items()]
+    return [(f"{label}, {workers} worker(s)", answer) for label, folder in labels for workers in grid["workers"]
+            if (answer := comparisons[folder]["speed"].get(str(workers)))]
 
 
 UNITS = {"bucket_mb": "MiB", "cycle_time_ms": "ms"}
 
 
 def _value(name: str, value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
     if isinstance(value, float):
         return "framework default" if value == 0 else f"{value:g} {UNITS.get(name, '')}".strip()
-    return str(value)
+    return text.option(value)
 
 
 def markdown(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
-    varied = ", ".join("--" + name.replace("_", "-") for name in grid["varied"])
+    varied = ", ".join(map(text.flag, grid["varied"]))
     title = "per model" if grid["varied"] == ["model"] else f"tuning grid: {varied}"
     buckets = (" A bucket size of 0 leaves each framework its own default (DDP 25 MiB, Horovod 0.28.1 128 MiB)."
                if "bucket_mb" in grid["varied"] else "")
+    best = best_lines(grid, comparisons)
+    cells = [(named(grid, s), comparisons[s["folder"]], n) for s in grid["settings"] for n in grid["workers"]]
     out = [f"# Native DDP or Horovod, {title} ({grid['grid_id']})", "",
            f"One whole comparison per setting ({grid['repeats']} repeat(s) of every arm, interleaved), run one after "
            "another; each setting's report is in its folder. Within a setting the backends ran side by side and "
            "their ratio is paired round by round; between settings the runs are minutes apart, so compare settings "
            f"by their intervals, which carry the machine's drift.{buckets}", "",
-           verdict_table(grid, comparisons), "", table(grid, comparisons), "", *(["**Each backend at its best** (the highest mean steady samples/s of "
-                                            "its arm over the settings of one model):", "",
-                                            *best_lines(grid, comparisons), ""]
-                                           if best_lines(grid, comparisons) else []),
+           report.verdict_table(cells), "", table(grid, comparisons), "",
+           *(["**Each backend at its best** (the highest mean steady samples/s of its arm over the settings of one "
+              "model):", "", *best, ""] if best else []),
            *([f"Not run: {', '.join(grid['budget_cut'])}. The settings before them had spent the check's "
               "--budget-min, so these would have ended past it.", ""] if grid.get("budget_cut") else []),
            *([report.ONE_RANK_NOTE, ""] if grid["workers"] == [1] else []),
@@ -167,15 +157,9 @@ def markdown(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> st
     return "\n".join(out)
 
 
-def verdict_table(grid: dict[str, Any], comparisons: dict[str, dict[str, Any]]) -> str:
-    """One row per setting and worker count: what it compared and each verdict, native ÷ Horovod."""
-    lines, notes = [report.VERDICT_HEAD, "|" + "---|" * (report.VERDICT_HEAD.count("|") - 1)], []
-    for setting in grid["settings"]:
-        named = ", ".join(f"{name.replace('_', '-')} {_value(name, setting[name])}" for name in grid["varied"])
-        for workers in grid["workers"]:
-            lines.append(report.verdict_row(named, comparisons[setting["folder"]], workers))
-            notes.append(report.verdict_notes(named, comparisons[setting["folder"]], workers))
-    return "\n".join([*lines, "", *notes])
+def named(grid: dict[str, Any], setting: dict[str, Any]) -> str:
+    """The options a setting varies, as the tables name it: `bucket-mb 25 MiB, compression fp16`."""
+    return ", ".join(f"{name.replace('_', '-')} {_value(name, setting[name])}" for name in grid["varied"])
 
 
 def render(grid_dir: str | Path) -> str:

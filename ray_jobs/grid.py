@@ -28,24 +28,19 @@ SWITCH = {"off": False, "on": True}
 
 def settings(args: CompareConfig) -> list[dict[str, Any]]:
     """Every combination of the listed values, as TrainConfig overrides; one setting when nothing is a list."""
-    compressions = _distinct("--compression", [part.strip() for part in args.compression.split(",")])
-    for name in compressions:
-        if name not in COMPRESSIONS:
-            raise ConfigError(f"--compression takes values from {', '.join(COMPRESSIONS)}, got {name!r}")
-    buckets = _distinct("--bucket-mb", [_size("--bucket-mb", part, "sizes in MiB")
-                                        for part in args.bucket_mb.split(",")])
-    widths = _distinct("--model-width", [_width(part) for part in args.model_width.split(",")])
-    names = _distinct("--model", [part.strip() for part in args.model.split(",")])
-    amps = _distinct("--amp", [part.strip() for part in args.amp.split(",")])
-    for name in amps:
-        if name not in AMP:
-            raise ConfigError(f"--amp takes values from {', '.join(AMP)}, got {name!r}")
-    cycles = _distinct("--cycle-time-ms", [_size("--cycle-time-ms", part, "times in ms")
-                                           for part in args.cycle_time_ms.split(",")])
-    views = _distinct("--gradient-as-bucket-view", [_switch(part) for part in args.gradient_as_bucket_view.split(",")])
-    return [{"model": m, "amp": a, "compression": c, "bucket_mb": b, "model_width": w, "cycle_time_ms": t,
-             "gradient_as_bucket_view": v} for m, a, c, b, w, t, v in product(names, amps, compressions, buckets,
-                                                                               widths, cycles, views)]
+    # Each list's reader of one value and the values it allows (None: any it reads), in the order they are checked.
+    readers = {"compression": (str.strip, COMPRESSIONS),
+               "bucket_mb": (lambda part: _size("--bucket-mb", part, "sizes in MiB"), None),
+               "model_width": (_width, None), "model": (str.strip, None), "amp": (str.strip, AMP),
+               "cycle_time_ms": (lambda part: _size("--cycle-time-ms", part, "times in ms"), None),
+               "gradient_as_bucket_view": (_switch, None)}
+    values = {}
+    for name, (read, allowed) in readers.items():
+        flag = text.flag(name)
+        values[name] = _distinct(flag, [read(part) for part in getattr(args, name).split(",")])
+        if allowed and (wrong := [v for v in values[name] if v not in allowed]):
+            raise ConfigError(f"{flag} takes values from {', '.join(allowed)}, got {wrong[0]!r}")
+    return [dict(zip(OPTIONS, combination)) for combination in product(*(values[name] for name in OPTIONS))]
 
 
 def check_best_of_each(cmp: CompareConfig, grid: list[dict[str, Any]]) -> None:
@@ -106,11 +101,7 @@ def label(setting: dict[str, Any], varied: list[str]) -> str:
 
 
 def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value).replace(":", "-").replace("/", "-")
+    return f"{value:g}" if isinstance(value, float) else text.option(value).replace(":", "-").replace("/", "-")
 
 
 def labels(base: TrainConfig, grid: list[dict[str, Any]]) -> list[str]:
