@@ -27,10 +27,10 @@ PHASE_LABELS = dict(zip(phases.PHASES, ("start → ranks running", "→ process 
 """contract/phases.py's phases, in order, with the name each segment gets in the overhead plot."""
 
 
-def read_json(path: Path, fix: str) -> Any:
-    """A JSON file's content, or a ConfigError saying why it cannot be read, and `fix`."""
+def read_json(path: Path, fix: str, **hooks: Any) -> Any:
+    """A JSON file's content, or a ConfigError saying why it cannot be read, and `fix`; `hooks` go to json.loads."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(), **hooks)
     except FileNotFoundError:
         raise ConfigError(f"{path} does not exist; {fix}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
