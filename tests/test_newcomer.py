@@ -91,9 +91,9 @@ def cluster_block() -> str:
 
 def _sandbox(home: Path, ray_tmp: Path) -> tuple[list[str], dict[str, str]]:
     """A throwaway machine for the block: its own network (loopback only), processes (so its `ray stop` stops only
-    its Ray), home (~/.ray) and Ray temp root; the venv first on PATH, as after `source .venv/bin/activate`."""
-    env = {"PATH": f"{BIN}{os.pathsep}/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(home), "RAY_TMPDIR": str(ray_tmp),
-           "RAY_USAGE_STATS_ENABLED": "0", "LANG": "C.UTF-8"}
+    its Ray), home (~/.ray), temp root and Ray's; the venv first on PATH, as after `source .venv/bin/activate`."""
+    env = {"PATH": f"{BIN}{os.pathsep}/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(home), "TMPDIR": str(ray_tmp),
+           "RAY_TMPDIR": str(ray_tmp), "RAY_USAGE_STATS_ENABLED": "0", "LANG": "C.UTF-8"}
     return ["unshare", "--net", "--pid", "--fork", "--mount-proc"], env
 
 
