@@ -10,6 +10,7 @@ that made it, by the same pipe.
 
 import contextlib
 import ctypes
+import os
 import signal
 import subprocess
 import tempfile
@@ -55,3 +56,19 @@ def folder(prefix: str, parent: Path | None = None) -> Iterator[Path]:
     finally:
         remover.stdin.close()
         remover.wait()
+
+
+@contextlib.contextmanager
+def temporary_root(path: Path) -> Iterator[None]:
+    """`path` as this process's temporary folder for the block (TMPDIR, and tempfile's cached choice), so that what a
+    library makes there (torch's inductor cache, made where torchvision loads) goes with a tied folder."""
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"], tempfile.tempdir = str(path), None
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before
+        tempfile.tempdir = None

@@ -110,7 +110,8 @@ def main() -> int:
     preflight.check_config(cfg, horovod=False)  # Horovod's own defaults, no flag of ours: an export is recorded
     preflight.check_cores(args.workers)
     arms.check_available(["torchrun", "horovodrun"], ["native", "horovod"])
-    with tied.folder("first-step-gradients-") as scratch:  # the data and the ranks' files, gone however this ends
+    # The data, the ranks' files and torch's caches, gone however this ends.
+    with tied.folder("first-step-gradients-") as scratch, tied.temporary_root(scratch):
         cfg = data.resolve(replace(cfg, data_dir=str(scratch)))
         grads = per_worker(cfg)
         got = {backend: launch(backend, cfg, scratch) for backend in ("native", "horovod")}
