@@ -10,7 +10,7 @@ def tiny(num_classes: int) -> nn.Module:
 
 
 def any_size(num_classes: int) -> nn.Module:
-    """tiny, pooled to 4 x 4 before its linear layer: it takes images of any size."""
+    """A convolution, then an average pooled to 4 x 4 before the linear layer: it takes images of any size."""
     return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
                          nn.Linear(8 * 4 * 4, num_classes))
 
