@@ -257,10 +257,13 @@ def overlapped_s(schedule: Schedule) -> float:
     return sum(max(0.0, min(a.end_s, schedule.backward_end_s) - a.start_s) for a in schedule.allreduces)
 
 
-def steps(cluster: Cluster, shape: dict[str, Any], fit: Constants, measured: Host, *, rate: float | None = None,
-          host_share: float = 1.0, copy_s: float = 0.0) -> dict[str, Any]:
-    """Each backend's step on the cluster, in seconds, with its parts, one GPU training `rate` img/s (default: the
-    cluster's figure). `copy_s`: what a benchmark adds to Horovod's step alone (published rows only)."""
+Replayed = tuple[float, int, Schedule, Schedule]
+"""The one-GPU step, the gradients' count and each backend's schedule: what a fit's two constants do not move."""
+
+
+def replay(cluster: Cluster, shape: dict[str, Any], fit: Constants, rate: float | None = None) -> Replayed:
+    """Each backend's schedule on the cluster under `fit`'s links, one GPU training `rate` img/s (default: the
+    cluster's figure)."""
     one = cluster.batch_per_gpu / (rate or cluster.one_gpu_images_per_s)
     forward, backward, optimizer = (share * one for share in shape["split"])
     grads = [Gradient(forward + s * backward, shape["bytes"][i], i) for i, s in shape["shares"].items()]
@@ -268,9 +271,19 @@ def steps(cluster: Cluster, shape: dict[str, Any], fit: Constants, measured: Hos
     native = schedule_replay.ddp(grads, forward + backward, net)
     horovod = schedule_replay.horovod_over_phases(
         grads, forward + backward, net, negotiation_s=NEGOTIATION_S * fit.latency if cluster.gpus > 1 else 0.0)
+    return one, len(grads), native, horovod
+
+
+def steps(cluster: Cluster, shape: dict[str, Any], fit: Constants, measured: Host, *, rate: float | None = None,
+          host_share: float = 1.0, copy_s: float = 0.0, replayed: Replayed | None = None) -> dict[str, Any]:
+    """Each backend's step on the cluster, in seconds, with its parts, one GPU training `rate` img/s (default: the
+    cluster's figure). `copy_s`: what a benchmark adds to Horovod's step alone (published rows only). `replayed`:
+    replay()'s result for the same cluster, shape, rate and links, where the caller prices it under several
+    constants."""
+    one, count, native, horovod = replayed or replay(cluster, shape, fit, rate)
     # Horovod registers its hooks, and so walks handles at the step's end, only past one rank (optimizer.py)
     alone = cluster.gpus == 1  # one rank averages nothing: the one-GPU figure is its step, whatever DDP adds in it
-    block = 0.0 if alone else fit.step_end_scale * host_share * measured.at(len(grads))
+    block = 0.0 if alone else fit.step_end_scale * host_share * measured.at(count)
     parts: dict[str, Any] = {"one_gpu_step_s": one}
     for name, schedule, extra in (("native", native, 0.0), ("horovod", horovod, block + copy_s)):
         overlap = 0.0 if alone else fit.overlap_cost * overlapped_s(schedule)
@@ -289,8 +302,8 @@ def predict(cluster: Cluster, shape: dict[str, Any], fits: tuple[Constants, ...]
     middle, high)."""
     middle = steps(cluster, shape, fits[0], measured, copy_s=copy_s[1])
     # Horovod's host work and a benchmark's copy add to its step alone: their ends bound the ratio's
-    spread = [(rate, steps(cluster, shape, fit, measured, rate=rate, host_share=h, copy_s=c))
-              for fit in fits for rate in cluster.one_gpu_rates()
+    spread = [(rate, steps(cluster, shape, fit, measured, rate=rate, host_share=h, copy_s=c, replayed=replayed))
+              for fit in fits for rate in cluster.one_gpu_rates() for replayed in [replay(cluster, shape, fit, rate)]
               for h, c in ((measured.low, copy_s[0]), (measured.high, copy_s[2]))]
     ratios = [s["horovod"]["step_s"] / s["native"]["step_s"] for _, s in spread]
     batch = cluster.batch_per_gpu
