@@ -344,7 +344,8 @@ def test_torchrun_restarts_without_a_store_per_attempt_are_refused(trial_cfg, tm
 
 def test_horovod_on_ray_retries_a_killed_worker_bit_for_bit_checkpointing_in_the_output_folder_without_a_name(
         trial_cfg, reference, tmp_path, on_test_cluster):
-    cfg = replace(trial_cfg, output_dir=str(tmp_path / "out"))
+    # RayExecutor takes the placement strategy as its own: STRICT_PACK, one host of both workers, on one node
+    cfg = replace(trial_cfg, output_dir=str(tmp_path / "out"), placement_strategy="STRICT_PACK")
     command = [*arms.command(ARMS["ray-horovod"], cfg), "--max-failures", "1"]
     env = {**arms.environment(ARMS["ray-horovod"]),
            faults.ENV: f"rank=1,epoch=2,step=10,once={tmp_path / 'killed'}"}
@@ -353,6 +354,8 @@ def test_horovod_on_ray_retries_a_killed_worker_bit_for_bit_checkpointing_in_the
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     doc = results.read(tmp_path / "out" / results.FILENAME)
     assert (doc["restarts"], doc["resumed_from_epoch"], [e["epoch"] for e in doc["epochs"]]) == (1, 1, [1, 2, 3])
+    assert doc["config"]["placement_strategy"] == "STRICT_PACK"
+    assert len({rank["node_id"] for rank in doc["placement"]}) == 1
     assert (doc["step_losses"], doc["parameters_sha256"]) == (reference["step_losses"], reference["parameters_sha256"])
     assert not (tmp_path / "out" / "retry-checkpoints").exists()  # removed once the run succeeded
     _no_raylet_lines(result.stdout + result.stderr)

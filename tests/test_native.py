@@ -13,10 +13,13 @@ pytestmark = pytest.mark.cluster
 
 
 def test_two_workers_on_ray_resume_by_name_then_from_checkpoint_dir(ray_cluster, cfg, tmp_path):
-    # One worker on Ray: tests/test_newcomer.py's default run.
+    # One worker on Ray: tests/test_newcomer.py's default run. Ray Train's ScalingConfig takes the placement strategy
+    # and places both workers on one node (RayExecutor's: tests/test_faults.py's Horovod on Ray).
     options = RayRunOptions(name="resume-me", storage_path=str(tmp_path / "ray"))
-    first = run("native", replace(cfg, workers=2), options)
+    first = run("native", replace(cfg, workers=2, placement_strategy="STRICT_PACK"), options)
     assert_trained(first, 2, "ray")
+    assert first["config"]["placement_strategy"] == "STRICT_PACK"
+    assert len({rank["node_id"] for rank in first["placement"]}) == 1
     assert read_results(tmp_path / "out") == first
     assert first["epochs"][0]["steps"] == cfg.synthetic_train_size // (2 * cfg.batch_size)
     # The same name and storage path with one more epoch: Ray hands back the epoch-1 checkpoint.
@@ -65,11 +68,3 @@ def test_unreachable_ray_address_fails_without_ray_s_minutes_of_retries(cfg, tmp
     result = run_module("ray_jobs.train", *data_flags(cfg), "--output-dir", str(tmp_path / "out"),
                         env={"RAY_ADDRESS": f"127.0.0.1:{free_port()}"}, timeout=60)
     assert_one_line_error(result, "cannot reach the Ray cluster", "ray start --head")
-
-
-@pytest.mark.parametrize("backend", ["native", "horovod"])
-def test_both_ray_arms_take_the_placement_strategy_and_record_it(ray_cluster, cfg, backend):
-    """Ray Train's ScalingConfig and Horovod's RayExecutor (one host of both workers) place them alike on one node."""
-    doc = run(backend, replace(cfg, workers=2, placement_strategy="STRICT_PACK"))
-    assert doc["config"]["placement_strategy"] == "STRICT_PACK"
-    assert len({rank["node_id"] for rank in doc["placement"]}) == 1
