@@ -93,7 +93,7 @@ def main() -> int:
     if args.cpu_stand_in:
         argv = on_cpus(argv)
     cmp, _, settings, _ = checked(argv)
-    log.info("the plan: %s", plan_text(settings, cmp, gpus, estimate_s(settings, cmp, gpus)))
+    log.info("the plan: %s", plan_text(settings, cmp, gpus, estimate_s(settings, cmp)))
     target = Path(tempfile.mkdtemp(prefix="horovod-nccl-"))
     atexit.register(shutil.rmtree, target, ignore_errors=True)
     log.info("building Horovod with NCCL into %s (%s)", target, toolchain.why)
@@ -145,7 +145,7 @@ def on_cpus(argv: list[str]) -> list[str]:
     return [*argv, "--amp", ",".join(kept)]
 
 
-def estimate_s(settings: list[dict[str, Any]], cmp: CompareConfig, gpus: int) -> float:
+def estimate_s(settings: list[dict[str, Any]], cmp: CompareConfig) -> float:
     """The check's seconds by ESTIMATE_S: the build, then each setting's runs (orchestrator.runs lists them)."""
     compared = orchestrator.planned_arms(cmp)
     total = ESTIMATE_S["build"] + (ESTIMATE_S["ray_start"] if "ray" in cmp.launcher_names else 0.0)
