@@ -93,7 +93,7 @@ def main() -> int:
     if args.cpu_stand_in:
         argv = on_cpus(argv)
     cmp, _, settings, _ = checked(argv)
-    log.info("the plan: %s", plan_text(settings, cmp, gpus, estimate_s(settings, cmp, gpus)))
+    log.info("the plan: %s", plan_text(settings, cmp, gpus, estimate_s(settings, cmp)))
     target = Path(tempfile.mkdtemp(prefix="horovod-nccl-"))
     atexit.register(shutil.rmtree, target, ignore_errors=True)
     log.info("building Horovod with NCCL into %s (%s)", target, toolchain.why)
@@ -145,20 +145,17 @@ def on_cpus(argv: list[str]) -> list[str]:
     return [*argv, "--amp", ",".join(kept)]
 
 
-def estimate_s(settings: list[dict[str, Any]], cmp: CompareConfig, gpus: int) -> float:
+def estimate_s(settings: list[dict[str, Any]], cmp: CompareConfig) -> float:
     """The check's seconds by ESTIMATE_S: the build, then each setting's runs (orchestrator.runs lists them)."""
-    compared = orchestrator.planned_arms(cmp)
-    total = ESTIMATE_S["build"] + (ESTIMATE_S["ray_start"] if "ray" in cmp.launcher_names else 0.0)
-    for n in cmp.worker_counts:
-        planned, _ = orchestrator.runs([n], compared, cmp.repeats)
-        total += len(settings) * sum(ESTIMATE_S[arm.launcher] for _, arm, _ in planned)
-    return total
+    planned, _ = orchestrator.runs(list(cmp.worker_counts), orchestrator.planned_arms(cmp), cmp.repeats)
+    fixed = ESTIMATE_S["build"] + (ESTIMATE_S["ray_start"] if "ray" in cmp.launcher_names else 0.0)
+    return fixed + len(settings) * sum(ESTIMATE_S[arm.launcher] for _, arm, _ in planned)
 
 
 def plan_text(settings: list[dict[str, Any]], cmp: CompareConfig, gpus: int, seconds: float) -> str:
     """The plan in one line: settings, runs, and the estimate beside the budget."""
     compared = orchestrator.planned_arms(cmp)
-    runs = sum(len(orchestrator.runs([n], compared, cmp.repeats)[0]) for n in cmp.worker_counts) * len(settings)
+    runs = len(orchestrator.runs(list(cmp.worker_counts), compared, cmp.repeats)[0]) * len(settings)
     return (f"{len(settings)} setting(s) × {', '.join(map(str, cmp.worker_counts))} worker(s) on {gpus} GPU(s), "
             f"{cmp.repeats} round(s) of {', '.join(arm.label for arm in compared)}: {runs} runs; about "
             f"{text.duration(seconds)} with the build (ray_jobs/gpu_check.py's ESTIMATE_S, assumed per run), "

@@ -248,7 +248,7 @@ def test_each_backend_records_its_schedule_whole_and_the_replay_reads_it(image_c
             for bucket in step["allreduces"]:
                 assert bucket["launched_s"] >= max(ready[i] for i in bucket["indices"]) - 1e-3
                 assert bucket["finished_s"] >= bucket["launched_s"]
-    found = schedule_check.points(image_comparison_dir)
+    found, _ = schedule_check.points(image_comparison_dir)
     assert [(p.arm, p.what) for p in found] == [("native", "wait after backward"), ("native", "allreduces a step"),
                                                ("horovod", "wait after backward"),
                                                ("native − horovod", "backward's compute + wait")]

@@ -23,7 +23,7 @@ def test_the_check_compares_three_models_in_three_precisions_on_every_gpu_under_
 
 def test_the_default_check_on_one_gpu_is_estimated_within_its_7_minute_budget_the_build_included(caplog):
     cmp, _, settings = compare.configs(compare.parser().parse_args(gpu_check.arguments(1, [])))
-    seconds = gpu_check.estimate_s(settings, cmp, 1)
+    seconds = gpu_check.estimate_s(settings, cmp)
     # the build, then 9 settings of a reference and one run under each of torchrun and horovodrun
     assert seconds == pytest.approx(gpu_check.ESTIMATE_S["build"] + 9 * sum(
         gpu_check.ESTIMATE_S[name] for name in ("local", "torchrun", "horovodrun")))
@@ -87,14 +87,14 @@ def test_the_estimate_prices_every_arm_a_comparison_runs():
     labels = [arm.label for arm in orchestrator.planned_arms(cmp)]
     assert labels == ["native/mp.spawn", "horovod/horovodrun", "native/mp.spawn-aa", "horovod/horovodrun-aa",
                       "ceiling/mp.spawn", "ceiling/horovodrun"]
-    assert gpu_check.estimate_s(settings, cmp, 1) == pytest.approx(
+    assert gpu_check.estimate_s(settings, cmp) == pytest.approx(
         gpu_check.ESTIMATE_S["build"] + gpu_check.ESTIMATE_S["local"] + 3 * (
             gpu_check.ESTIMATE_S["mp.spawn"] + gpu_check.ESTIMATE_S["horovodrun"]))
 
 
 def plan_with_budget(budget: str):
     cmp, _, settings = compare.configs(compare.parser().parse_args(gpu_check.arguments(1, ["--budget-min", budget])))
-    return settings, cmp, gpu_check.estimate_s(settings, cmp, 1)
+    return settings, cmp, gpu_check.estimate_s(settings, cmp)
 
 
 def test_a_plan_past_its_budget_says_what_fits():

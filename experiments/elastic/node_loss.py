@@ -5,6 +5,7 @@ moment of the loss, then every process of the node dies by SIGKILL (Ray's raylet
 and its rank), and after `return_after_s` the node comes back: `ray start --address`, or a new torchrun agent.
 """
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -20,32 +21,22 @@ KILL_EPOCH, KILL_STEP = 1, 10
 """The loss: after step 10 of the second epoch (epoch index 1), at full size, in every trial and in the probe."""
 
 
-def read(path: Path) -> list[dict]:
-    """The timeline's events; a line cut off by a kill mid-write is left out."""
-    return _events(path.read_bytes()) if path.exists() else []
-
-
-def _read_on(path: Path, start: int) -> tuple[list[dict], int]:
+def read(path: Path, start: int = 0) -> tuple[list[dict], int]:
     """The events of the whole lines the timeline gained after byte `start` (it is only appended to), and the byte
-    where the next read starts."""
+    where the next read starts. A line still being written waits for the next read; one cut off by a kill mid-write
+    is left out."""
     try:
         with path.open("rb") as timeline:
             timeline.seek(start)
             new = timeline.read()
     except FileNotFoundError:
         return [], start
-    whole = new.rfind(b"\n") + 1  # a line still being written waits for the next read
-    return _events(new[:whole]), start + whole
-
-
-def _events(text: bytes) -> list[dict]:
+    whole = new.rfind(b"\n") + 1
     events = []
-    for line in text.decode(errors="replace").splitlines():
-        try:
+    for line in new[:whole].decode(errors="replace").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
             events.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return events
+    return events, start + whole
 
 
 def torchrun_agent(sim: netsim.Cluster, node: int, min_nodes: int, target: list[str]) -> list[str]:
@@ -72,31 +63,29 @@ def run(folder: Path, *, nodes: int, env: dict[str, str], timeout_s: float, retu
     with sim_cluster.cluster(nodes, 1, start_ray=driver is not None) as sim:
         env = {**netsim.node_environment(sim), **env}
 
-        def start_agent(node: int, log: str) -> subprocess.Popen:
-            return subprocess.Popen(agent(sim, node), env=env, stdout=(folder / log).open("w"),
-                                    stderr=subprocess.STDOUT)
+        def start(command: list[str], log: str) -> subprocess.Popen:
+            return subprocess.Popen(command, env=env, stdout=(folder / log).open("w"), stderr=subprocess.STDOUT)
 
         if driver is None:
-            main = start_agent(0, "agent0.log")
+            main = start(agent(sim, 0), "agent0.log")
             for node in range(1, nodes):
-                start_agent(node, f"agent{node}.log")
+                start(agent(sim, node), f"agent{node}.log")
         else:
-            main = subprocess.Popen(netsim.in_node(sim, 0, driver), env=env,
-                                    stdout=(folder / "driver.log").open("w"), stderr=subprocess.STDOUT)
+            main = start(netsim.in_node(sim, 0, driver), "driver.log")
         deadline = time.time() + timeout_s
         read_to = 0  # the timeline's bytes already looked at for the moment of the loss
         while main.poll() is None and time.time() < deadline:
             time.sleep(POLL_S)
             if kill_when and killed is None:
-                new, read_to = _read_on(timeline, read_to)
+                new, read_to = read(timeline, read_to)
                 if any(e["ev"] == "step" and kill_when(e) for e in new):
                     sim_cluster.kill_node(sim, last)
                     killed = time.time()
             if killed is not None and returned is None and time.time() - killed >= return_after_s:
                 returned = time.time()
                 if driver is None:
-                    start_agent(last, f"agent{last}-returned.log")
+                    start(agent(sim, last), f"agent{last}-returned.log")
                 else:
                     sim_cluster.start_node(sim, last, 1)
         code = main.poll()
-    return {"exit": code, "killed": killed, "returned": returned, "events": read(timeline)}
+    return {"exit": code, "killed": killed, "returned": returned, "events": read(timeline)[0]}

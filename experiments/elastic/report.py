@@ -6,6 +6,8 @@ the epoch's offset after it, n samples) and `done` (optionally with the test acc
 
 import statistics
 
+from analysis import text
+
 
 def _first_step_of_a_world_formed(events: list[dict], after: float, world: int | None = None) -> dict | None:
     """The first step of a world formed after `after` (of `world` ranks when given); a world that broke up before
@@ -87,11 +89,11 @@ def table(results: list[dict], modes: list[str], fixed: dict[str, float | None] 
     head = ["mode", "trials", "finished", "s without progress after the loss", "went on with world",
             "s from return to full size", "samples trained twice"] + (
         ["test accuracy (fixed-size run)"] if fixed is not None else [])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for mode in modes:
         rows = [r for r in results if r["mode"] == mode]
         if reasons and mode in reasons:
-            lines.append(f"| {mode} | 0 | – | {reasons[mode]} |")
+            body.append([mode, 0, "–", reasons[mode]])
             continue
         worlds = ", ".join(str(r["continued_world"] if r["continued_world"] is not None else "–") for r in rows)
         cells = [mode, str(len(rows)), f"{sum(r['finished'] for r in rows)}/{len(rows)}",
@@ -101,5 +103,5 @@ def table(results: list[dict], modes: list[str], fixed: dict[str, float | None] 
             reference = fixed.get(mode)
             cells.append(spread([r.get("accuracy") for r in rows], ".4f")
                          + (f" ({reference:.4f})" if reference is not None else " (–)"))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        body.append(cells)
+    return text.md_table(head, body)

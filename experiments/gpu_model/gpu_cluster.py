@@ -26,7 +26,7 @@ from analysis import runs
 from contract import models
 from contract.config import BACKENDS, ConfigError
 from experiments.gpu_model import schedule_replay
-from experiments.gpu_model.schedule_replay import Gradient, Link, Schedule
+from experiments.gpu_model.schedule_replay import Gradient, Link
 
 PRECISIONS = ("fp32", "tf32", "amp", "bf16")
 """The one-GPU figure's precision. Autocast (amp, bf16) and TF32 keep the parameters, and so the gradients DDP and
@@ -108,13 +108,11 @@ class Cluster:
     range varies it this far and no further (unset: the figure as given)."""
 
     def __post_init__(self) -> None:
-        for name in ("model", "precision"):
-            if not isinstance(getattr(self, name), str):
-                raise ConfigError(f"{name} must be a name, not {getattr(self, name)!r}")
-        if self.model not in models.MODELS:
-            raise ConfigError(f"model {self.model!r} is not one of {', '.join(models.MODELS)}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        for name, allowed in (("model", models.MODELS), ("precision", PRECISIONS)):
+            if not isinstance(value := getattr(self, name), str):
+                raise ConfigError(f"{name} must be a name, not {value!r}")
+            if value not in allowed:
+                raise ConfigError(f"{name} {value!r} is not one of {', '.join(allowed)}")
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in ("model", "precision") or (value is None and f.name in OPTIONAL):
@@ -252,11 +250,6 @@ def link(cluster: Cluster, fit: Constants) -> Link:
     return Link(latency * fit.latency, bandwidth * fit.bandwidth, cluster.gpus, FUSION_COPY_BYTES_PER_S)
 
 
-def overlapped_s(schedule: Schedule) -> float:
-    """The averaging's seconds that ran while backward still did."""
-    return sum(max(0.0, min(a.end_s, schedule.backward_end_s) - a.start_s) for a in schedule.allreduces)
-
-
 Replayed = tuple[float, int, Schedule, Schedule]
 """The one-GPU step, the gradients' count and each backend's schedule: what a fit's two constants do not move."""
 
@@ -286,10 +279,12 @@ def steps(cluster: Cluster, shape: dict[str, Any], fit: Constants, measured: Hos
     block = 0.0 if alone else fit.step_end_scale * host_share * measured.at(count)
     parts: dict[str, Any] = {"one_gpu_step_s": one}
     for name, schedule, extra in (("native", native, 0.0), ("horovod", horovod, block + copy_s)):
-        overlap = 0.0 if alone else fit.overlap_cost * overlapped_s(schedule)
+        # the averaging's seconds that ran while backward still did
+        overlap = 0.0 if alone else fit.overlap_cost * sum(
+            max(0.0, min(a.end_s, schedule.backward_end_s) - a.start_s) for a in schedule.allreduces)
         wait = 0.0 if alone else schedule.wait_s
         parts[name] = {"step_s": one + wait + overlap + extra, "wait_s": wait, "overlap_s": overlap,
-                       "allreduces": len(schedule.allreduces), "cycles": schedule.notes.get("cycles", 0)}
+                       "allreduces": len(schedule.allreduces), "cycles": schedule.cycles}
     parts["horovod"].update(host_block_s=block, benchmark_copy_s=copy_s)
     return parts
 

@@ -69,20 +69,6 @@ class Point:
         """Whether `value` is within the bar of the measured figure, judged only where that was measured precisely."""
         return self.precise and value is not None and abs(value - self.measured_ms) <= self.allowed()
 
-    @property
-    def passed(self) -> bool:
-        return self.matches(self.replayed_ms)
-
-    @property
-    def rival_passed(self) -> bool:
-        return self.matches(self.rival_ms)
-
-
-def gradients(schedule: dict[str, Any]) -> list[Gradient]:
-    """The recorded backward: each gradient's median readiness and its bytes."""
-    return [Gradient(at, schedule["gradient_bytes"][int(i)], int(i))
-            for i, at in schedule["ready_s"].items()]
-
 
 GLOO_IN_FLIGHT = 2
 """ProcessGroupGloo's threads (its Options' default): two of DDP's allreduces run at once on a CPU."""
@@ -121,7 +107,9 @@ def figures(run: dict[str, Any], doc: dict[str, Any], config: dict[str, Any], co
     schedule, overlap = doc.get("schedule"), run.get("overlap") or {}
     if not schedule or not overlap.get("comm_alone_s"):
         return {}
-    grads, wire = gradients(schedule), WIRE[run["backend"]][config.get("compression", "none")]
+    # the recorded backward: each gradient's median readiness and its bytes
+    grads = [Gradient(at, schedule["gradient_bytes"][int(i)], int(i)) for i, at in schedule["ready_s"].items()]
+    wire = WIRE[run["backend"]][config.get("compression", "none")]
     ranks, alone, end = run["workers"], overlap["comm_alone_s"], computed(run, schedule)
     # The link whose averaging alone, replayed, is the measured one (no per-message latency).
     fitted = 2 * (ranks - 1) / ranks * wire * sum(g.bytes for g in grads) / alone
@@ -180,33 +168,38 @@ def _replayed(backend: str, grads: list[Gradient], wire: float, end: float, link
     return schedule_replay.horovod_over_phases(grads, end, link, **rules)
 
 
-def points(folder: Path) -> list[Point]:
+def points(folder: Path) -> tuple[list[Point], list[list[object]]]:
     """Every checked figure of one comparison folder: per compared arm its wait, and native − Horovod's step; where a
     run recorded its allreduces, how many a step, and Horovod's wait from readiness to launch. The contended link of
     a run is the one its own allreduces got, or where it recorded none (Horovod without --fused-buffers) the one its
-    round's DDP run's buckets got."""
+    round's DDP run's buckets got. And Horovod's recorded fused buffers, every Horovod run's pooled (launches_row)."""
     comparison = runs.load(folder)
     config = comparison["settings"]["config"]
     compared = speed.compared_arms(comparison["settings"]["launchers"])
-    out = []
+    out, apart = [], []
     for n in comparison["settings"]["workers"]:
         where = f"{_setting(comparison)}, {n} workers"
-        finished = runs.finished(comparison, n)
-        docs = {(arm, r["round"]): (r, _results(folder, r, config)) for arm in compared
-                for r in finished.get(arm, [])}
-        links = {key: in_step_link(doc, n) for key, (_, doc) in docs.items() if doc.get("schedule")}
+        docs = {(arm, r["round"]): (r, _results(folder, r, config))
+                for arm, found in runs.finished(comparison, n).items() for r in found
+                if arm in compared or r["backend"] == "horovod"}
+        links = {(arm, round_): in_step_link(doc, n) for (arm, round_), (_, doc) in docs.items()
+                 if arm in compared and doc.get("schedule")}
         found: dict[tuple[str, str], dict[int, list[float | None]]] = {}
         for (arm, round_), (run, doc) in docs.items():
-            contended = links.get((arm, round_)) or links.get((compared[0], round_))
-            for what, values in figures(run, doc, config, contended).items():
-                found.setdefault((arm, what), {})[round_] = values
+            if arm in compared:
+                contended = links.get((arm, round_)) or links.get((compared[0], round_))
+                for what, values in figures(run, doc, config, contended).items():
+                    found.setdefault((arm, what), {})[round_] = values
         out += [_point(where, arm, what, found[arm, what], unit, scale)
                 for arm in compared for what, unit, scale in SHOWN if (arm, what) in found]
         native, horovod = (found.get((arm, PAIRED), {}) for arm in compared)
         if paired := {r: [None if a is None or b is None else a - b for a, b in zip(native[r], horovod[r])]
                       for r in sorted(set(native) & set(horovod))}:
             out.append(_point(where, "native − horovod", PAIRED, paired))
-    return out
+        if launches := [launch for run, doc in docs.values() if run["backend"] == "horovod"
+                        for launch in fused_launches(doc.get("schedule") or {})]:
+            apart.append(launches_row(where, launches))
+    return out, apart
 
 
 def _results(folder: Path, run: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -278,42 +271,32 @@ def folders(given: list[str]) -> list[Path]:
     return out
 
 
-def launches_apart(folder: Path) -> list[list[str]]:
-    """Horovod's recorded fused buffers of one comparison, pooled over its runs' kept steps, as a table row per worker
-    count: those launched while backward ran and those after its end, each with its mean launch after its last
-    gradient; and for all, when every rank had asked for it and the launch after that (means, ms)."""
-    comparison = runs.load(folder)
-    rows = []
-    for n in comparison["settings"]["workers"]:
-        launches = [launch for found in runs.finished(comparison, n).values() for run in found
-                    if run["backend"] == "horovod"
-                    for launch in fused_launches(_results(folder, run, comparison["settings"]["config"])
-                                                 .get("schedule") or {})]
-        if launches:
-            def mean(values: list[float]) -> str:
-                return f"{1000 * statistics.fmean(values):.1f}" if values else "—"
+def launches_row(where: str, launches: list[tuple[float, float, bool]]) -> list[object]:
+    """Horovod's recorded fused buffers (fused_launches), pooled over a setting's runs, as a table row: those launched
+    while backward ran and those after its end, each with its mean launch after its last gradient; and for all, when
+    every rank had asked for it and the launch after that (means, ms)."""
+    def mean(values: list[float]) -> str:
+        return f"{1000 * statistics.fmean(values):.1f}" if values else "—"
 
-            during = [lag for lag, _, running in launches if running]
-            after = [lag for lag, _, running in launches if not running]
-            rows.append([f"{_setting(comparison)}, {n} workers", len(during), mean(during), len(after), mean(after),
-                         mean([asked for _, asked, _ in launches]),
-                         mean([lag - asked for lag, asked, _ in launches])])
-    return rows
+    during = [lag for lag, _, running in launches if running]
+    after = [lag for lag, _, running in launches if not running]
+    return [where, len(during), mean(during), len(after), mean(after), mean([asked for _, asked, _ in launches]),
+            mean([lag - asked for lag, asked, _ in launches])]
 
 
 def check(given: list[str]) -> str:
     """The check of every comparison in `given`, as Markdown."""
     found, apart = [], []
     for folder in folders(given):
-        found += points(folder)
-        apart += launches_apart(folder)
+        made, rows = points(folder)
+        found, apart = found + made, apart + rows
     if not found:
         raise ConfigError(f"no run of {', '.join(given)} recorded its schedule and its averaging alone; compare them "
                           "again with this version")
     return markdown(found, given, apart)
 
 
-def markdown(found: list[Point], given: list[str], apart: list[list[str]]) -> str:
+def markdown(found: list[Point], given: list[str], apart: list[list[object]]) -> str:
     def cell(p: Point, value: float | None) -> str:
         if value is None:
             return "—"

@@ -9,7 +9,7 @@ in reverse registration order, Horovod fuses them in the order they became ready
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 MIB = 1024 * 1024
 DDP_BUCKET_BYTES = 25 * MIB
@@ -65,14 +65,12 @@ class Allreduce:
 
 @dataclass(frozen=True)
 class Schedule:
-    backend: str
     allreduces: tuple[Allreduce, ...]
     backward_end_s: float
     wait_s: float
     """What the step waits after backward: the last allreduce's end past backward's end, 0 if hidden."""
-    alone_s: float
-    """The same messages with nothing beside them, back to back: the averaging alone."""
-    notes: dict[str, float] = field(default_factory=dict)
+    cycles: int = 0
+    """Horovod's cycles that found gradients ready (0 for DDP)."""
 
 
 def ddp_buckets(gradients: Sequence[Gradient], cap_bytes: int = DDP_BUCKET_BYTES,
@@ -107,7 +105,7 @@ def ddp(gradients: Sequence[Gradient], backward_end_s: float, link: Link, cap_by
         launched = max(ready, launched)  # in bucket order: never before the bucket before it
         start = max(launched, out[-in_flight].end_s if len(out) >= in_flight else 0.0)
         out.append(Allreduce(tuple(g.index for g in bucket), nbytes, ready, start, start + link.allreduce_s(nbytes)))
-    return _schedule("native", out, backward_end_s, sum(link.allreduce_s(a.bytes) for a in out))
+    return _schedule(out, backward_end_s)
 
 
 def horovod(gradients: Sequence[Gradient], backward_end_s: float, link: Link, cycle_s: float = HOROVOD_CYCLE_S,
@@ -124,8 +122,6 @@ def horovod(gradients: Sequence[Gradient], backward_end_s: float, link: Link, cy
         return link.allreduce_s(nbytes) + (link.copy_s(nbytes) if len(buffer) > 1 else 0.0)
 
     pending = _in_readiness(gradients)
-    # the averaging alone: every gradient ready at once, fused up to the threshold
-    alone = negotiation_s + sum(took(buffer) for buffer in _fuse(pending, fusion_bytes))
     out: list[Allreduce] = []
     wake, cycles = phase_s, 0
     while pending:
@@ -143,20 +139,17 @@ def horovod(gradients: Sequence[Gradient], backward_end_s: float, link: Link, cy
                                  max(g.ready_s for g in buffer), now, end))
             now = end
         wake = max(wake + cycle_s, now)
-    found = _schedule("horovod", out, backward_end_s, alone)
-    found.notes["cycles"] = cycles  # the cycles that found gradients ready
-    return found
+    return _schedule(out, backward_end_s, cycles)
 
 
 def horovod_over_phases(gradients: Sequence[Gradient], backward_end_s: float, link: Link, phases: int = 8,
                         **rules: float) -> Schedule:
     """horovod() with its first cycle at `phases` points spread over one cycle: the schedule whose wait is the
-    median of theirs, its notes holding their mean wait (the cycle's phase is the run's chance, not its rule)."""
+    median of theirs (the cycle's phase is the run's chance, not its rule)."""
     cycle = rules.get("cycle_s", HOROVOD_CYCLE_S)
     found = sorted((horovod(gradients, backward_end_s, link, phase_s=cycle * k / phases, **rules)
                     for k in range(phases)), key=lambda s: s.wait_s)
-    middle = found[len(found) // 2]
-    return replace(middle, notes={**middle.notes, "mean_wait_s": sum(s.wait_s for s in found) / len(found)})
+    return found[len(found) // 2]
 
 
 def _in_readiness(gradients: Sequence[Gradient]) -> list[Gradient]:
@@ -179,6 +172,6 @@ def _fuse(ready: list[Gradient], fusion_bytes: int) -> list[list[Gradient]]:
     return buffers
 
 
-def _schedule(backend: str, allreduces: list[Allreduce], backward_end_s: float, alone_s: float) -> Schedule:
+def _schedule(allreduces: list[Allreduce], backward_end_s: float, cycles: int = 0) -> Schedule:
     last = max((a.end_s for a in allreduces), default=backward_end_s)
-    return Schedule(backend, tuple(allreduces), backward_end_s, max(0.0, last - backward_end_s), alone_s)
+    return Schedule(tuple(allreduces), backward_end_s, max(0.0, last - backward_end_s), cycles)

@@ -21,12 +21,10 @@ OWN_FLAGS = ("--simulate-nodes", "--link-rates", "--output-dir", "--reuse-refere
 
 def inner_args(argv: list[str]) -> list[str]:
     """`argv` without this sweep's own flags, in either `--flag value` or `--flag=value` form."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in OWN_FLAGS:
-            skip = True
+    out, given = [], iter(argv)
+    for arg in given:
+        if arg in OWN_FLAGS:
+            next(given, None)  # its value
         elif not arg.startswith(tuple(f"{flag}=" for flag in OWN_FLAGS)):
             out.append(arg)
     return out

@@ -76,9 +76,9 @@ def check_host(nodes: int, who: str = "--simulate-nodes", instead: str = ", or l
         raise ConfigError(f"{who} takes 2 to {MAX_NODES} nodes, got {nodes}")
     if os.geteuid() != 0:
         raise ConfigError(f"{who} needs root (it creates network namespaces and shapes links); rerun as root{instead}")
-    for tool, package in (("ip", "iproute2"), ("tc", "iproute2")):
+    for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
-            raise ConfigError(f"{who} needs the `{tool}` command, which is not on PATH; install {package}")
+            raise ConfigError(f"{who} needs the `{tool}` command, which is not on PATH; install iproute2")
     if not os.access(ray_executable(), os.X_OK):
         raise ConfigError(f"{who} starts Ray nodes with {ray_executable()}, which is missing; install "
                           "ray[default] into this environment (make install)")
@@ -150,21 +150,19 @@ def build_links(sim: Cluster) -> None:
         etc = ETC_NETNS / sim.namespace(node)
         etc.mkdir(parents=True)
         (etc / "hosts").write_text(f"127.0.0.1\tlocalhost\n{sim.ip(node)}\t{socket.gethostname()}\n")
+    # Interface names are created in this namespace first: the prefix keeps them apart from anyone else's.
     if sim.nodes == 2:
-        # Interface names are created in this namespace first: the prefix keeps them apart from anyone else's.
         _ip("link", "add", f"{sim.prefix}a0", "netns", sim.namespace(0), "type", "veth",
             "peer", "name", f"{sim.prefix}a1", "netns", sim.namespace(1))
-        for node in range(2):
-            _ip("-n", sim.namespace(node), "link", "set", f"{sim.prefix}a{node}", "name", INTERFACE)
     else:
         _ip("-n", sim.switch, "link", "add", "br0", "type", "bridge")
         _ip("-n", sim.switch, "link", "set", "br0", "up")
         for node in range(sim.nodes):
             _ip("link", "add", f"{sim.prefix}a{node}", "netns", sim.namespace(node), "type", "veth",
                 "peer", "name", f"{sim.prefix}b{node}", "netns", sim.switch)
-            _ip("-n", sim.namespace(node), "link", "set", f"{sim.prefix}a{node}", "name", INTERFACE)
             _ip("-n", sim.switch, "link", "set", f"{sim.prefix}b{node}", "master", "br0", "up")
     for node in range(sim.nodes):
+        _ip("-n", sim.namespace(node), "link", "set", f"{sim.prefix}a{node}", "name", INTERFACE)
         _ip("-n", sim.namespace(node), "addr", "add", f"{sim.ip(node)}/24", "dev", INTERFACE)
         _ip("-n", sim.namespace(node), "link", "set", INTERFACE, "up")
 

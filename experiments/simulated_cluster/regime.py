@@ -3,6 +3,7 @@ steady-state throughput, comm share and achieved link rate, native ÷ Horovod, a
 network.png. Read from the sweep's JSON alone, so `compare --render <sweep>` redraws it.
 """
 
+import itertools
 import json
 import statistics
 from collections.abc import Callable
@@ -105,19 +106,19 @@ def sent_per_node(run: dict[str, Any], epoch: dict[str, Any]) -> float:
 
 
 def table(cells: list[dict[str, Any]], workers: int, order: list[str]) -> str:
-    head = ("| link rate | width | backend | steady samples/s, mean (95 % CI), runs | comm share | sent on the link, "
-            "per node | nodes used | native ÷ Horovod, paired (95 % CI) | verdict |")
-    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    head = ["link rate", "width", "backend", "steady samples/s, mean (95 % CI), runs", "comm share",
+            "sent on the link, per node", "nodes used", "native ÷ Horovod, paired (95 % CI)", "verdict"]
+    body = []
     for row in sorted(rows(cells, workers), key=lambda r: (model_order(r["width"]), order.index(r["rate"]),
                                                            BACKENDS.index(r["backend"]))):
         interval = (f"{row['mean']:.0f} ({row['ci95'][0]:.0f}–{row['ci95'][1]:.0f}), n={row['runs']}"
                     if row["ci95"] else f"{row['mean']:.0f}, n={row['runs']}")
         link = "—" if row["link_bytes_per_s"] is None else text.rate(row["link_bytes_per_s"] * 8)
         answer = row["native_over_horovod"]
-        lines.append(f"| {row['rate']} | {row['width']} | {row['backend']} | {interval} | "
-                     f"{100 * row['comm_share']:.0f} % | {link} | {', '.join(map(str, row['nodes']))} | "
-                     f"{report.ratio_text(answer) if answer else ''} | {report.decision(answer) if answer else ''} |")
-    return "\n".join(lines)
+        body.append([row["rate"], row["width"], row["backend"], interval, f"{100 * row['comm_share']:.0f} %", link,
+                      ", ".join(map(str, row["nodes"])), report.ratio_text(answer) if answer else "",
+                      report.decision(answer) if answer else ""])
+    return text.md_table(head, body)
 
 
 def winners(cells: list[dict[str, Any]], workers: int, order: list[str]) -> list[str]:
@@ -131,14 +132,9 @@ def winners(cells: list[dict[str, Any]], workers: int, order: list[str]) -> list
             verdicts.append((rate, answer["verdict"] if answer else "not measured"))
         said = "; ".join(f"{rate}: {verdict}" for rate, verdict in verdicts)
         # The measured verdicts from the slowest link up, a run of equal verdicts named once with its rates.
-        stretches: list[tuple[str, list[str]]] = []
-        for rate, verdict in verdicts:
-            if verdict == "not measured":
-                continue
-            if stretches and stretches[-1][0] == verdict:
-                stretches[-1][1].append(rate)
-            else:
-                stretches.append((verdict, [rate]))
+        measured = [(rate, verdict) for rate, verdict in verdicts if verdict != "not measured"]
+        stretches = [(verdict, [rate for rate, _ in run])
+                     for verdict, run in itertools.groupby(measured, key=lambda pair: pair[1])]
         if not stretches:
             summary = "no rate was measured with both backends"
         elif len(stretches) > 1:

@@ -10,8 +10,8 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import psutil
@@ -37,17 +37,13 @@ def cluster(nodes: int, cpus_per_node: int, start_ray: bool = True) -> Iterator[
     try:
         netsim.build_links(sim)
         if start_ray:
-            _start_ray(sim, cpus_per_node)
+            for node in range(sim.nodes):
+                start_node(sim, node, cpus_per_node)
+            log.info("simulated cluster: %d nodes (%s), Ray head at %s", sim.nodes,
+                     ", ".join(f"{sim.namespace(i)} {sim.ip(i)}" for i in range(sim.nodes)), sim.address)
         yield sim
     finally:
         teardown(sim)
-
-
-def _start_ray(sim: netsim.Cluster, cpus_per_node: int) -> None:
-    for node in range(sim.nodes):
-        start_node(sim, node, cpus_per_node)
-    log.info("simulated cluster: %d nodes (%s), Ray head at %s", sim.nodes,
-             ", ".join(f"{sim.namespace(i)} {sim.ip(i)}" for i in range(sim.nodes)), sim.address)
 
 
 def start_node(sim: netsim.Cluster, node: int, cpus_per_node: int) -> None:
@@ -73,11 +69,7 @@ def start_node(sim: netsim.Cluster, node: int, cpus_per_node: int) -> None:
 def kill_node(sim: netsim.Cluster, node: int) -> int:
     """SIGKILL every process of node `node` at once, as a lost machine ends them; returns how many there were."""
     pids = _pids(sim.namespace(node))
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _signal(pids, signal.SIGKILL)
     return len(pids)
 
 
@@ -87,40 +79,33 @@ def teardown(sim: netsim.Cluster) -> None:
     it is done: a teardown cut short would leave what it exists to remove."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        _kill_and_delete(sim)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-def _kill_and_delete(sim: netsim.Cluster) -> None:
-    for _ in range(KILL_ROUNDS):
-        pids = {pid for ns in sim.namespaces() for pid in _pids(ns)}
-        if not pids:
-            break
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + KILL_GRACE_S
-            while (pids := {pid for pid in pids if launch.running(pid)}) and time.monotonic() < deadline:
-                time.sleep(0.1)
+        for _ in range(KILL_ROUNDS):
+            pids = {pid for ns in sim.namespaces() for pid in _pids(ns)}
             if not pids:
                 break
-    for ns in sim.namespaces():
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        shutil.rmtree(netsim.ETC_NETNS / ns, ignore_errors=True)
-    for end in "ab":  # a link made before its namespaces moved it, had a step failed in between
-        for node in range(sim.nodes):
-            subprocess.run(["ip", "link", "del", f"{sim.prefix}{end}{node}"], capture_output=True)
-    shutil.rmtree(sim.temp_dir, ignore_errors=True)
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                _signal(pids, sig)
+                deadline = time.monotonic() + KILL_GRACE_S
+                while (pids := {pid for pid in pids if launch.running(pid)}) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                if not pids:
+                    break
+        for ns in sim.namespaces():
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            shutil.rmtree(netsim.ETC_NETNS / ns, ignore_errors=True)
+        for end in "ab":  # a link made before its namespaces moved it, had a step failed in between
+            for node in range(sim.nodes):
+                subprocess.run(["ip", "link", "del", f"{sim.prefix}{end}{node}"], capture_output=True)
+        shutil.rmtree(sim.temp_dir, ignore_errors=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def reap_stale() -> None:
     """Tear down the clusters of runs that no longer live (SIGKILL cannot be caught, so their teardown never ran)."""
     stale: dict[int, set[int]] = {}
-    for name in netsim.leftovers()["namespaces"] + netsim.leftovers()["etc_netns"]:
+    left = netsim.leftovers()
+    for name in left["namespaces"] + left["etc_netns"]:
         if match := re.fullmatch(r"dvh(\d+)-(?:n(\d+)|sw)", name):
             stale.setdefault(int(match[1]), set()).add(int(match[2] or 0))
     for pid, nodes in stale.items():
@@ -139,6 +124,12 @@ def _started_after(pid: int, made: Path) -> bool:
         return psutil.Process(pid).create_time() > made.stat().st_mtime + 1
     except (psutil.Error, OSError):
         return False
+
+
+def _signal(pids: Iterable[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with suppress(ProcessLookupError):  # gone already
+            os.kill(pid, sig)
 
 
 def _pids(ns: str) -> list[int]:
