@@ -26,7 +26,7 @@ from analysis import runs
 from contract import models
 from contract.config import BACKENDS, ConfigError
 from experiments.gpu_model import schedule_replay
-from experiments.gpu_model.schedule_replay import Gradient, Link
+from experiments.gpu_model.schedule_replay import Gradient, Link, Schedule
 
 PRECISIONS = ("fp32", "tf32", "amp", "bf16")
 """The one-GPU figure's precision. Autocast (amp, bf16) and TF32 keep the parameters, and so the gradients DDP and
