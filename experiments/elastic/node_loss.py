@@ -18,7 +18,7 @@ from experiments.simulated_cluster import netsim, sim_cluster
 RDZV_PORT = 29400
 POLL_S = 0.2
 KILL_EPOCH, KILL_STEP = 1, 10
-"""The loss: after step 10 of the second epoch (epoch index 1), at full size, in every trial (and in docs/elastic.md's plain-framework runs)."""
+"""The loss: after step 10 of the second epoch (epoch index 1), at full size, in every trial."""
 
 
 def read(path: Path, start: int = 0) -> tuple[list[dict], int]:
