@@ -6,6 +6,7 @@ ends (returns, is signalled, or is SIGKILLed), the pipe closes, and the shell ki
 and removes the folder. A session, not a process group: Ray's workers make process groups of their own.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from contract.config import ConfigError
 from contract.errors import RunFailed
-from runtime.launch import free_port
+from runtime.launch import executable, free_port
 
 START_TIMEOUT_S = 120.0
 STARTED = "Ray runtime started"
@@ -35,16 +36,17 @@ def token_path() -> Path:
     return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()
 
 
-def wants_token() -> bool:
-    """Whether a Ray of the command's own takes Ray's secure default, token authentication: unless RAY_AUTH_MODE
-    says otherwise."""
-    return os.environ.get("RAY_AUTH_MODE", "token").strip().lower() == "token"
+def makes_token() -> bool:
+    """Whether a Ray of the command's own writes a token: it takes Ray's secure default, token authentication, unless
+    RAY_AUTH_MODE says otherwise, and no token is given or written yet."""
+    return (os.environ.get("RAY_AUTH_MODE", "token").strip().lower() == "token"
+            and not (os.environ.get("RAY_AUTH_TOKEN") or token_path().is_file()))
 
 
 def check_token_folder() -> None:
     """A Ray of the command's own with token authentication writes a token where there is none: refused before
     anything starts where it cannot be written (a read-only HOME)."""
-    if not wants_token() or os.environ.get("RAY_AUTH_TOKEN") or token_path().is_file():
+    if not makes_token():
         return
     folder = token_path().parent
     while not folder.exists():
@@ -56,15 +58,13 @@ def check_token_folder() -> None:
 
 
 def program() -> str:
-    """This environment's `ray` command: beside its Python, else the first on PATH (a Ray installed with pip --target
-    keeps its commands in that folder's bin/, as on a GPU machine that takes Ray as a carried wheel); refused where
-    there is none, before anything starts."""
-    beside = Path(sys.executable).with_name("ray")
-    if found := str(beside) if beside.exists() else shutil.which("ray"):
+    """This environment's `ray` command (runtime/launch.py's executable: a GPU machine takes Ray as a carried wheel,
+    installed with pip --target); refused where there is none, before anything starts."""
+    if found := executable("ray"):
         return found
     raise ConfigError(f"a local Ray would be started with the `ray` command, and there is none beside this Python "
-                      f"({beside}) or on PATH; install Ray into this environment (make install), put its bin/ on PATH, "
-                      "or join a running cluster with RAY_ADDRESS")
+                      f"({Path(sys.executable).with_name('ray')}) or on PATH; install Ray into this environment (make "
+                      "install), put its bin/ on PATH, or join a running cluster with RAY_ADDRESS")
 
 
 def cpus() -> int:
@@ -119,10 +119,8 @@ class OwnRay:
         """Close the pipe: the session's leader kills the rest of the session and removes the folder."""
         if self.session.stdin and not self.session.stdin.closed:
             self.session.stdin.close()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.session.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            pass
         if self.session.poll() is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -151,11 +149,12 @@ def local_rays() -> dict[str, bool]:
                     if arg.startswith(("--gcs-address=", "--temp-dir=")))
         if gcs := args.get("--gcs-address"):
             temp_dir = Path(args.get("--temp-dir") or "/tmp/ray")
-            rays[gcs] = rays.get(gcs, False) or _recorded_in(temp_dir) == gcs
+            rays[gcs] = rays.get(gcs, False) or recorded_in(temp_dir) == gcs
     return rays
 
 
-def _recorded_in(temp_dir: Path) -> str:
+def recorded_in(temp_dir: Path) -> str:
+    """The GCS address `ray start --temp-dir` recorded in that folder, or ""."""
     try:
         return (temp_dir / "ray_current_cluster").read_text().strip()
     except (OSError, UnicodeDecodeError):

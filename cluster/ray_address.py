@@ -4,10 +4,9 @@ that does not answer, answers but is not Ray, wants a token this driver will not
 import contextlib
 import os
 import socket
-import sys
 from pathlib import Path
 
-from cluster import own_ray
+from cluster import own_ray, worker_output
 from contract.config import ConfigError
 
 CONNECT_TIMEOUT_S = 10
@@ -19,7 +18,7 @@ HTTP2_SETTINGS = 4
 
 def recorded() -> str:
     """The GCS address `ray start` recorded where ray.init() looks, or ""."""
-    return _read_text(recorded_cluster_file())
+    return own_ray.recorded_in(recorded_cluster_file().parent)
 
 
 def check_address() -> str | None:
@@ -44,7 +43,7 @@ def check_address() -> str | None:
                          "start it with `ray start --head`, or unset RAY_ADDRESS to run on a local Ray")
         return None
     record = recorded_cluster_file()
-    recorded = _read_text(record)
+    recorded = own_ray.recorded_in(record.parent)
     if recorded:
         unset = "unset RAY_ADDRESS and " if address == "auto" else ""
         _check_reachable(recorded, f"the Ray cluster recorded in {record} ({recorded})",
@@ -71,13 +70,6 @@ def check_address() -> str | None:
 def recorded_cluster_file() -> Path:
     """Where `ray start` records the cluster that ray.init() joins by default (Ray reads RAY_TMPDIR, then TMPDIR)."""
     return Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray" / "ray_current_cluster"
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
 
 
 def _check_reachable(address: str, what: str, fix: str) -> None:
@@ -115,7 +107,7 @@ def _check_token(address: str, what: str) -> None:
         raise ConfigError("RAY_AUTH_MODE=token but this machine has no Ray token: copy the cluster's token to "
                           "~/.ray/auth_token (or name its file in RAY_AUTH_TOKEN_PATH)")
     try:
-        with _quiet_stderr():  # Ray's C++ client logs its own line about the refusal
+        with open(os.devnull, "w") as null, worker_output.stderr_into(null):  # Ray's C++ client's line on a refusal
             GcsClient(address=address)
     except AuthenticationError:
         if not token_mode:
@@ -127,25 +119,9 @@ def _check_token(address: str, what: str) -> None:
         return
 
 
-@contextlib.contextmanager
-def _quiet_stderr():
-    """File descriptor 2 to /dev/null for the block: what a C++ library writes there, not Python's sys.stderr."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
 def _read(sock: socket.socket, size: int) -> bytes:
     data = b""
-    try:
+    with contextlib.suppress(socket.timeout):
         while len(data) < size and (chunk := sock.recv(size - len(data))):
             data += chunk
-    except socket.timeout:
-        pass
     return data

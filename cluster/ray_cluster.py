@@ -4,8 +4,11 @@ place, before anything starts."""
 import atexit
 import contextlib
 import logging
+import math
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from cluster import own_ray, ray_address, ray_lost, worker_output
@@ -58,22 +61,32 @@ def connect(log_file: Path, address: str | None) -> None:
 
 
 def _init(ray: object, address: str | None, env_vars: dict[str, str]) -> None:
-    """ray.init in a thread of its own, this one waiting in Python: Ray installs its SIGTERM handler (exit 15, no
-    line) only from the main thread, and a signal reaches the command's own handlers here at once."""
+    """ray.init in a thread of its own (in_thread): Ray installs its SIGTERM handler (exit 15, no line) only from the
+    main thread."""
+    in_thread(lambda: ray.init(address, log_to_driver=True, runtime_env={"env_vars": env_vars} if env_vars else None),
+              "ray-init")
+
+
+def in_thread(call: Callable[[], object], name: str, bound_s: float | None = None) -> bool:
+    """`call()` in a thread of its own, this one waiting in Python, where a signal reaches the command's own handlers
+    at once (not in C++, as ray.init and RayExecutor's start wait); whether it returned within `bound_s` (None: however
+    long it takes). What it raised is raised here."""
     failed: list[BaseException] = []
 
-    def init() -> None:
+    def target() -> None:
         try:
-            ray.init(address, log_to_driver=True, runtime_env={"env_vars": env_vars} if env_vars else None)
-        except BaseException as error:  # noqa: BLE001 - handed to the main thread, which raises it
+            call()
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread, which raises it
             failed.append(error)
 
-    joining = threading.Thread(target=init, name="ray-init", daemon=True)
-    joining.start()
-    while joining.is_alive():
-        joining.join(0.1)
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + (math.inf if bound_s is None else bound_s)
+    while thread.is_alive() and time.monotonic() < deadline:
+        thread.join(0.1)
     if failed:
         raise failed[0]
+    return not thread.is_alive()
 
 
 def _start_own(env_vars: dict[str, str]) -> str:
@@ -81,7 +94,7 @@ def _start_own(env_vars: dict[str, str]) -> str:
     token written where there is none; its address. Its actors get its dashboard for Ray's state API (see
     _recorded_or_given)."""
     own_ray.check_token_folder()
-    if own_ray.wants_token() and not (os.environ.get("RAY_AUTH_TOKEN") or own_ray.token_path().is_file()):
+    if own_ray.makes_token():
         import subprocess
 
         made = subprocess.run([own_ray.program(), "get-auth-token", "--generate"],
@@ -143,24 +156,23 @@ def check_local_capacity(workers: int, use_gpu: bool) -> None:
         have, kind = torch.cuda.device_count(), "GPU"
     else:
         have, kind = own_ray.cpus(), "CPU"
-    if workers > have:
-        raise ConfigError(f"--workers {workers} needs {workers} {kind}s but the local Ray this run would start has "
-                          f"{have}; lower --workers, or join a bigger cluster with RAY_ADDRESS"
-                          f"{' (or drop --use-gpu)' if use_gpu else ''}")
+    _enough(workers, kind, have, "the local Ray this run would start", "lower --workers, or join a bigger cluster "
+            "with RAY_ADDRESS", use_gpu)
 
 
 def require(workers: int, use_gpu: bool) -> None:
     """Fail now, rather than wait forever for resources, when the cluster cannot hold `workers` workers."""
     import ray
 
-    resources = ray.cluster_resources()
     kind = "GPU" if use_gpu else "CPU"
-    have = int(resources.get(kind, 0))
+    _enough(workers, kind, int(ray.cluster_resources().get(kind, 0)), "the Ray cluster", "lower --workers or add nodes",
+            use_gpu)
+
+
+def _enough(workers: int, kind: str, have: int, where: str, fix: str, use_gpu: bool) -> None:
     if workers > have:
-        raise ConfigError(
-            f"--workers {workers} needs {workers} {kind}s but the Ray cluster has {have}; "
-            f"lower --workers or add nodes{' (or drop --use-gpu)' if use_gpu else ''}"
-        )
+        raise ConfigError(f"--workers {workers} needs {workers} {kind}s but {where} has {have}; {fix}"
+                          f"{' (or drop --use-gpu)' if use_gpu else ''}")
 
 
 def executor_hosts(workers: int, use_gpu: bool, placement: str) -> dict[str, int]:

@@ -54,43 +54,38 @@ class _Router:
 
     def write(self, text: str) -> None:
         with self.lock:
-            if self.full:
-                return
             if self.file is None:
                 self.pending.append(text)
-                return
-            try:
-                self.file.write(text)
-            except OSError as error:
-                self._stop_if_full(error)
+            elif not self.full:
+                self._to_file(text)
 
-    def _stop_if_full(self, error: OSError) -> None:
+    def _to_file(self, text: str) -> None:
         """A full disk: Ray's lines are dropped, rather than logging's "--- Logging error ---" traceback for each; the
         run's own writes (results, checkpoints) end it in one line when they find the disk full too."""
-        if not space.is_full(error):
-            raise error
-        self.full = True
-        with contextlib.suppress(OSError):  # closed even when its last flush fails, so exit does not retry it
-            self.file.close()
-        with contextlib.suppress(OSError):  # its last line whole: what a cut-short write left is taken back
-            text = self.path.read_bytes()
-            with open(self.path, "r+b") as file:
-                file.truncate(text.rfind(b"\n") + 1)
+        try:
+            self.file.write(text)
+        except OSError as error:
+            if not space.is_full(error):
+                raise
+            self.full = True
+            with contextlib.suppress(OSError):  # closed even when its last flush fails, so exit does not retry it
+                self.file.close()
+            with contextlib.suppress(OSError):  # its last line whole: what a cut-short write left is taken back
+                written = self.path.read_bytes()
+                with open(self.path, "r+b") as file:
+                    file.truncate(written.rfind(b"\n") + 1)
 
     def open(self) -> None:
         with self.lock:
-            if self.file is None and not self.full:
+            if self.file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.file = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - for the process
-                try:
-                    self.file.write("".join(self.pending))
-                except OSError as error:
-                    self._stop_if_full(error)
+                self._to_file("".join(self.pending))
                 self.pending = []
                 log.info("Ray's own lines: %s", self.path)
 
     def library_logs_to_file(self) -> None:
-        handler = _ToRouter(self)
+        handler = logging.StreamHandler(self)  # its write(), under logging's contract: a handler never raises
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handler.addFilter(_plain)
         for name in LIBRARY_LOGGERS:
@@ -133,18 +128,6 @@ class _Router:
             return self.ended.wait_for(lambda: self.ends >= ends, timeout_s)
 
 
-class _ToRouter(logging.Handler):
-    def __init__(self, router: _Router) -> None:
-        super().__init__()
-        self.router = router
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.router.write(self.format(record) + "\n")
-        except Exception:  # noqa: BLE001 - logging's own contract: a handler never raises
-            self.handleError(record)
-
-
 def _plain(record: logging.LogRecord) -> bool:
     """Ray colours parts of its own messages (the dashboard's address): not in a file. A filter, not a formatter:
     ray.init sets its own formatter on the handlers of its logger."""
@@ -153,9 +136,10 @@ def _plain(record: logging.LogRecord) -> bool:
 
 
 @contextlib.contextmanager
-def _stderr_into(file: TextIO | None) -> Iterator[None]:
-    """File descriptor 2 into `file` for the block: what Ray's C++ core worker writes there ("core_worker.cc:
-    Attempting to recover 1 lost objects") goes to ray.log with Ray's other lines, not beside the run's one line."""
+def stderr_into(file: TextIO | None) -> Iterator[None]:
+    """File descriptor 2 into `file` for the block, not Python's sys.stderr alone: what a C++ library writes there
+    (Ray's core worker: "core_worker.cc: Attempting to recover 1 lost objects") goes to ray.log with Ray's other lines,
+    not beside the run's one line."""
     if file is None:
         yield
         return
@@ -194,7 +178,7 @@ def one_run(workers: int) -> Iterator[None]:
     _router.open()
     with _router.ended:
         _router.ends = 0
-    with _stderr_into(_router.file):
+    with stderr_into(_router.file):
         yield
     if not _router.wait(workers, END_WAIT_S):
         log.debug("not every worker's last lines arrived within %.0f s", END_WAIT_S)

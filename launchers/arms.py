@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import options, results
-from contract.config import AA_SUFFIX, CEILING, LAUNCHERS, OWN_LAUNCHERS, ConfigError, TrainConfig
+from contract.config import AA_SUFFIX, CEILING, OWN_LAUNCHERS, ConfigError, TrainConfig
 from contract.errors import RunFailed
 from launchers import on_ray
 from launchers.ray_failures import RayRunOptions
@@ -36,6 +36,7 @@ TORCHRUN_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 """torchrun's shared rendezvous store outlives a restart and its keys carry no attempt number, so restarted ranks
 can read the dead ranks' gloo addresses (Connection refused, or a hang in connectFullMesh; pytorch#135712). With
 this, each attempt's ranks make a fresh store. native_ddp.train refuses --max-restarts without it."""
+BACKEND_OF = {launcher: backend for backend, names in OWN_LAUNCHERS.items() for launcher in names}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +57,6 @@ class Arm:
         return label + (AA_SUFFIX if self.twin else "")
 
 
-def parse_launchers(text: str) -> list[str]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [n for n in names if n not in LAUNCHERS]
-    if unknown or not names or len(set(names)) != len(names):
-        raise ConfigError(f"--launchers takes distinct names from {', '.join(LAUNCHERS)}, got {text!r}")
-    return names
-
-
 def for_backends(backends: list[str], launchers: list[str], aa: bool = False) -> list[Arm]:
     """Every backend on Ray, and each backend under its own launcher where that launcher was asked for; with `aa`,
     each of those arms' A/A twin after them."""
@@ -80,8 +73,8 @@ def ceilings(backends: list[str], launchers: list[str]) -> list[Arm]:
     for launcher in launchers:
         if launcher == "ray":
             out.append(Arm("native" if "native" in backends else backends[0], launcher, ceiling=True))
-        elif (backend := next(b for b, names in OWN_LAUNCHERS.items() if launcher in names)) in backends:
-            out.append(Arm(backend, launcher, ceiling=True))
+        elif BACKEND_OF[launcher] in backends:
+            out.append(Arm(BACKEND_OF[launcher], launcher, ceiling=True))
     return out
 
 
@@ -90,14 +83,13 @@ def check_available(launchers: list[str], backends: list[str]) -> None:
     for launcher in launchers:
         if launcher == "ray":
             continue
-        if not any(launcher in OWN_LAUNCHERS[b] for b in backends):
-            raise ConfigError(f"--launchers {launcher} runs "
-                              f"{next(b for b, names in OWN_LAUNCHERS.items() if launcher in names)}, "
-                              f"which --backends leaves out; add it or drop {launcher}")
+        if BACKEND_OF[launcher] not in backends:
+            raise ConfigError(f"--launchers {launcher} runs {BACKEND_OF[launcher]}, which --backends leaves out; add "
+                              f"it or drop {launcher}")
         if shutil.which("setpriv") is None:
             raise ConfigError(f"--launchers {launcher}: `setpriv` (util-linux) is not on PATH here, which ends a "
                               f"launcher with the comparison; install util-linux, or leave {launcher} out")
-        if launcher != "mp.spawn" and _executable(launcher) is None:  # mp.spawn is this Python's
+        if launcher != "mp.spawn" and launch.executable(launcher) is None:  # mp.spawn is this Python's
             raise ConfigError(f"--launchers {launcher}: `{launcher}` is not on PATH here; run `make install` and "
                               f"activate .venv, or leave {launcher} out")
 
@@ -111,8 +103,9 @@ def run(arm: Arm, cfg: TrainConfig) -> dict[str, Any]:
         reference.train(cfg, mode=arm.backend)
     elif arm.launcher == "ray":
         on_ray.launch(arm.backend, cfg, RayRunOptions())
-    else:
-        _run_command(arm, cfg)
+    else:  # the command a user would type, its output kept in <output-dir>/launcher.log rather than mixed into ours
+        Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+        run_launcher(command(arm, cfg), environment(arm), Path(cfg.output_dir) / LOG, arm.launcher)
     try:
         return launch.finish(cfg.output_dir, start)
     except RunFailed:  # a disk full as the phases went in: a run that failed leaves no results.json
@@ -138,11 +131,18 @@ def command(arm: Arm, cfg: TrainConfig, *, restarts: int = 0, ray_options: RayRu
     if arm.launcher == "mp.spawn":
         return [sys.executable, "-m", "native_ddp.spawn", "--workers", str(cfg.workers), *given]
     if arm.launcher == "torchrun":
-        # --standalone: a private rendezvous on a free port, so runs never collide on torchrun's default 29500.
-        return [_executable("torchrun"), "--standalone", "--nproc-per-node", str(cfg.workers),
-                *(["--max-restarts", str(restarts)] if restarts else []), "-m", "native_ddp.train", *given]
-    return [_executable("horovodrun"), "-np", str(cfg.workers), "--gloo", sys.executable, "-m", "horovod_ddp.train",
-            *given]
+        return [*launcher_head("torchrun", cfg.workers), *(["--max-restarts", str(restarts)] if restarts else []),
+                "-m", "native_ddp.train", *given]
+    return [*launcher_head("horovodrun", cfg.workers), "-m", "horovod_ddp.train", *given]
+
+
+def launcher_head(launcher: str, workers: int) -> list[str]:
+    """`workers` ranks under torchrun or horovodrun, as a user starts them, up to what each rank runs. torchrun's
+    --standalone: a private rendezvous on a free port, so runs never collide on torchrun's default 29500."""
+    program = launch.executable(launcher) or launcher
+    if launcher == "torchrun":
+        return [program, "--standalone", "--nproc-per-node", str(workers)]
+    return [program, "-np", str(workers), "--gloo", sys.executable]
 
 
 def environment(arm: Arm) -> dict[str, str]:
@@ -165,17 +165,10 @@ def wait(launcher: subprocess.Popen, timeout: float | None = None) -> int:
         raise
 
 
-def _run_command(arm: Arm, cfg: TrainConfig) -> None:
-    """The command a user would type, its output kept in <output-dir>/launcher.log rather than mixed into ours."""
-    Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
-    run_launcher(command(arm, cfg), environment(arm), Path(cfg.output_dir) / LOG, arm.launcher)
-
-
 def run_launcher(launched: list[str], env: dict[str, str], log_path: Path, name: str) -> None:
     """A launcher's command (`name`: which), its output into `log_path`; RunFailed naming its error line where it
-    fails. In a session of its own, and sent SIGTERM when this command is interrupted, so that the launcher ends its
-    ranks: subprocess.run would SIGKILL it, and torchrun's ranks, in sessions of their own, would train on. SIGTERM
-    from the kernel too when this command dies without a word (SIGKILL): its parent-death signal."""
+    fails. In a session of its own, sent SIGTERM when this command is interrupted (see wait), and by the kernel when
+    this command dies without a word (SIGKILL): its parent-death signal."""
     # torchrun leaves a /tmp/torchelastic_<random>/ of its logs behind every run: it goes into a folder removed after.
     with log_path.open("w") as out, tied.folder("compare-launcher-") as scratch:
         done = subprocess.Popen(["setpriv", "--pdeathsig", "SIGTERM", *launched], stdout=out,
@@ -188,9 +181,3 @@ def run_launcher(launched: list[str], env: dict[str, str], log_path: Path, name:
         lines = [line for line in said if "error: " in line] or [line for line in said if "error" in line.lower()]
         raise RunFailed(f"{name} exited with {done.returncode}: {(lines or ['no error line'])[0].strip()[:300]} "
                         f"(see {log_path})")
-
-
-def _executable(name: str) -> str | None:
-    """This environment's copy first (the venv's bin next to this Python), then PATH."""
-    here = Path(sys.executable).parent / name
-    return str(here) if here.exists() else shutil.which(name)

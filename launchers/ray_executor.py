@@ -7,7 +7,6 @@ would also move the native backend off Train V2; RayExecutor works with the pinn
 import contextlib
 import logging
 import os
-import threading
 from typing import Any
 
 from contract import framework_env
@@ -15,7 +14,7 @@ from contract.config import TrainConfig
 from contract.errors import RunFailed
 from horovod_ddp.adapter import import_horovod
 from horovod_ddp.worker import ray_worker
-from cluster.ray_cluster import executor_hosts
+from cluster.ray_cluster import executor_hosts, in_thread
 from launchers.ray_failures import RayRunOptions, user_error
 
 log = logging.getLogger(__name__)
@@ -63,23 +62,10 @@ def start_bounded(executor: Any, workers: int, bound_s: float | None) -> None:
     services, over the nodes' links), within `bound_s` (--stall-timeout-s, at least START_TIMEOUT_S; None: unbounded):
     a node that cannot be reached held it for minutes without a word, and the run then counted those minutes. Past
     it, a RunFailed (the caller shuts the executor down)."""
-    failed: list[BaseException] = []
-
-    def start() -> None:
-        try:
-            executor.start()
-        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread, which raises it
-            failed.append(error)
-
-    starting = threading.Thread(target=start, name="ray-executor-start", daemon=True)
-    starting.start()
-    starting.join(bound_s)
-    if starting.is_alive():
+    if not in_thread(executor.start, "ray-executor-start", bound_s):
         raise RunFailed(f"Horovod's RayExecutor did not start its {workers} worker(s) within {bound_s:g} s "
                         "(--stall-timeout-s, at least its own 60 s): a node or its link did not answer; check that "
                         "every node reaches the others, then run again")
-    if failed:
-        raise failed[0]
 
 
 def _last_line(error: BaseException) -> str:

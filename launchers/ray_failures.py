@@ -116,17 +116,15 @@ def _who_died(cause: BaseException, rank: int | None) -> tuple[str, str]:
     every actor on it unreachable), or a worker."""
     from ray.exceptions import ActorUnavailableError, OutOfMemoryError, RayActorError
 
-    text = str(cause)
+    text, worker = str(cause), "a Ray worker" if rank is None else f"worker rank {rank}"
     if isinstance(cause, OutOfMemoryError):  # Ray's memory monitor ends a worker before the kernel would
-        return ("a Ray worker" if rank is None else f"worker rank {rank}"), (
-            "was ended by Ray's memory monitor: memory ran out on its node; lower --batch-size, --image-size or the "
-            "model, or give the node more memory")
+        return worker, ("was ended by Ray's memory monitor: memory ran out on its node; lower --batch-size, "
+                        "--image-size or the model, or give the node more memory")
     if isinstance(cause, ActorUnavailableError) or "node has died" in text or "raylet" in text.lower():
         return "the Ray node this run used", "went away (its raylet exited: killed, out of memory, or crashed)"
     if isinstance(cause, RayActorError) and re.search(r"class_name: TrainController\b", text):
         return "Ray Train's controller", f"{DIED}; Ray Train restarts its workers, never its controller"
     if isinstance(cause, RayActorError):
-        return ("a Ray worker" if rank is None else f"worker rank {rank}"), DIED
+        return worker, DIED
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return (("a Ray worker" if rank is None else f"worker rank {rank}"),
-            f"failed ({type(cause).__name__}: {(lines[0] if lines else '')[:160]})")
+    return worker, f"failed ({type(cause).__name__}: {(lines[0] if lines else '')[:160]})"

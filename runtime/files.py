@@ -11,14 +11,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def proc_number(path: str, key: str, base: int = 10) -> int | None:
+    """The number after `key` at the start of a line of the kernel's file `path` (/proc/vmstat's `oom_kill `); None
+    where the file, the line or the number is not there."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
+                return int(line.split()[1], base)
+    return None
+
+
 def umask() -> int:
     """This process's umask, read without changing it (os.umask sets it, which races with other threads)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
+    if (found := proc_number("/proc/self/status", "Umask:", 8)) is not None:
+        return found
     old = os.umask(0o022)
     os.umask(old)
     return old

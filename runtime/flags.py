@@ -21,18 +21,17 @@ def add(parser: argparse.ArgumentParser | Any, config: type = TrainConfig, exclu
     """One flag per field of `config` (those in `only`, where given), its help the field's docstring; `defaults`
     overrides a field's default for this command (and its --help says so); `aliases` adds a second name to a flag,
     `bare` the value a flag given without one takes. `parser` may be an argument group."""
-    docs = field_docs(config)
+    docs, aliases, bare = field_docs(config), aliases or {}, bare or {}
     for f in fields(config):
         if f.name in exclude or not f.init or (only is not None and f.name not in only):
             continue
-        names = ["--" + f.name.replace("_", "-"), *([(aliases or {})[f.name]] if f.name in (aliases or {}) else [])]
-        default = f.default if f.default is not MISSING else None
-        default = (defaults or {}).get(f.name, default)
+        names = ["--" + f.name.replace("_", "-"), *([aliases[f.name]] if f.name in aliases else [])]
+        default = (defaults or {}).get(f.name, f.default if f.default is not MISSING else None)
         if f.type in (bool, "bool"):
             parser.add_argument(*names, action="store_true", help=docs.get(f.name))
             continue
         choices = CHOICES.get(f.name)
-        extra = {"nargs": "?", "const": (bare or {})[f.name]} if f.name in (bare or {}) else {}
+        extra = {"nargs": "?", "const": bare[f.name]} if f.name in bare else {}
         shown = "the model's" if default is None else default
         parser.add_argument(*names, type=_kind(f.type), default=default,
                             help=f"{docs.get(f.name, '')} (default: {shown})",

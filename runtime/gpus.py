@@ -15,18 +15,13 @@ def check(use_gpu: bool, ranks: int, horovod: bool) -> None:
     if not use_gpu:
         preflight.check_cores(ranks)
         return
-    check_ranks(ranks)
-    if horovod:
-        check_horovod_nccl()
-
-
-def check_ranks(ranks: int, where: str = "this host") -> None:
-    """One GPU per rank that `where` starts."""
     import torch
 
     if (have := torch.cuda.device_count()) < ranks:
-        raise ConfigError(f"--use-gpu gives every rank a GPU of its own: {ranks} rank(s) on {where} need {ranks} "
+        raise ConfigError(f"--use-gpu gives every rank a GPU of its own: {ranks} rank(s) on this host need {ranks} "
                           f"GPU(s), and torch sees {have} here; drop --use-gpu or start fewer ranks")
+    if horovod:
+        check_horovod_nccl()
 
 
 def check_horovod_nccl() -> None:

@@ -1,7 +1,9 @@
 """The launch a process descends from: the command a user typed (torchrun, horovodrun, mp.spawn, or this process),
 when it started, and the launcher's view of a finished run (its phases from that start, contract/phases.py)."""
 
+import shutil
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,13 @@ def free_port() -> int:
             port = s.getsockname()[1]
         if port not in RAY_DEFAULT_PORTS:
             return port
+
+
+def executable(name: str) -> str | None:
+    """This environment's command `name`: beside this Python (the venv's bin/), else the first on PATH (a package
+    installed with pip --target keeps its commands in that folder's bin/); None where there is none."""
+    beside = Path(sys.executable).with_name(name)
+    return str(beside) if beside.exists() else shutil.which(name)
 
 
 def running(pid: int | str) -> bool:

@@ -3,20 +3,12 @@ nothing; its peers see a lost peer, the launcher a signal. /proc/vmstat's oom_ki
 machine, a memory cgroup's included (Linux 4.13 on), so a run that notes it as it starts can name memory as the
 cause."""
 
-from pathlib import Path
-
-VMSTAT = Path("/proc/vmstat")
+from runtime import files
 
 
 def oom_kills() -> int | None:
     """The kernel's count of out-of-memory kills since boot; None where it keeps none."""
-    try:
-        for line in VMSTAT.read_text().splitlines():
-            if line.startswith("oom_kill "):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return files.proc_number("/proc/vmstat", "oom_kill ")
 
 
 def killed_since(before: int | None) -> str | None:

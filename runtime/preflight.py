@@ -9,7 +9,7 @@ from pathlib import Path
 
 from contract import framework_env, models
 from contract.config import ConfigError, TrainConfig, require_path, warmup_for
-from runtime import space
+from runtime import files, space
 
 # Most filesystems cap one path component at 255 bytes; a longer run name would fail only when first written.
 NAME_MAX = 255
@@ -53,17 +53,18 @@ def free_space(path: str | Path, flag: str, needed: int, what: str) -> None:
 
 
 def _pixels(cfg: TrainConfig) -> int:
-    return 28 * 28 if models.spec(cfg.model).inputs == models.DIGITS else 3 * cfg.image_size ** 2
+    return 28 * 28 if _inputs(cfg) == models.DIGITS else 3 * cfg.image_size ** 2
 
 
-def _samples(cfg: TrainConfig) -> str:
-    return "digits" if models.spec(cfg.model).inputs == models.DIGITS else "images"
+def _inputs(cfg: TrainConfig) -> str:
+    """What the model reads, models.DIGITS or models.IMAGES, and so what the refusals count: "digits" or "images"."""
+    return models.spec(cfg.model).inputs
 
 
 def synthetic_file_bytes(cfg: TrainConfig) -> int:
     """Synthetic samples on disk: a byte a pixel and the label, and for digits as much again for the .gz copy
     torchvision expects."""
-    copies = 2 if models.spec(cfg.model).inputs == models.DIGITS else 1
+    copies = 2 if _inputs(cfg) == models.DIGITS else 1
     return (cfg.synthetic_train_size + cfg.synthetic_test_size) * copies * (_pixels(cfg) + 8)
 
 
@@ -77,8 +78,9 @@ def synthetic_memory(cfg: TrainConfig, available: int | None = None) -> None:
     the machine's ranks, and each rank a batch or an evaluation chunk at a time as uint8, float32 and the int32 index
     its conversion reads (workload/data.py's inputs); every rank counted here, as Ray's PACK may place them all."""
     samples = cfg.synthetic_train_size + cfg.synthetic_test_size
-    available = _available_memory() if available is None else available
-    if models.spec(cfg.model).inputs == models.DIGITS:
+    if available is None:  # MemAvailable, in kB; 0 where it cannot be read (no check then)
+        available = (files.proc_number("/proc/meminfo", "MemAvailable:") or 0) * 1024
+    if _inputs(cfg) == models.DIGITS:
         needed = samples * (4 * _pixels(cfg) + 8)
         said = f"{samples:,} synthetic digits need about {space.size(needed)} of memory in each process that loads them"
     else:
@@ -88,20 +90,9 @@ def synthetic_memory(cfg: TrainConfig, available: int | None = None) -> None:
                 f"on a machine that holds them all ({space.size(synthetic_file_bytes(cfg))} of images, memory-mapped "
                 f"and shared, and {space.size(rank)} a rank for a batch or an evaluation chunk of {EVAL_BATCH})")
     if available and needed > available:
-        fewer = "" if models.spec(cfg.model).inputs == models.DIGITS else ", or start fewer ranks on this machine"
+        fewer = "" if _inputs(cfg) == models.DIGITS else ", or start fewer ranks on this machine"
         raise ConfigError(f"{said}, and this machine has {space.size(available)} available; lower "
                           f"--synthetic-train-size or --synthetic-test-size{fewer}")
-
-
-def _available_memory() -> int:
-    """MemAvailable from /proc/meminfo, in bytes; 0 where it cannot be read (no check then)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 RANKS_PER_CORE = 2
@@ -134,7 +125,7 @@ def steps_per_epoch(cfg: TrainConfig, train_count: int) -> int:
     """Steps each rank runs per epoch: DistributedSampler pads every shard to ceil(count / workers); the image models
     drop a short last batch (workload/trainer.py)."""
     shard = math.ceil(train_count / cfg.workers)
-    full = models.spec(cfg.model).inputs == models.IMAGES
+    full = _inputs(cfg) == models.IMAGES
     steps = shard // cfg.batch_size if full else math.ceil(shard / cfg.batch_size)
     return min(steps, cfg.max_steps_per_epoch) if cfg.max_steps_per_epoch else steps
 
@@ -152,9 +143,9 @@ def check_epoch_length(cfg: TrainConfig, train_count: int) -> None:
         enough = cfg.batch_size * cfg.workers * (cfg.warmup_steps + MEASURED_STEPS)
         more = (f"pass --synthetic-train-size {enough} ({cfg.warmup_steps + MEASURED_STEPS} steps at --workers "
                 f"{cfg.workers})" if cfg.dataset != "mnist" and not cfg.max_steps_per_epoch else
-                f"train on more {_samples(cfg)}")
+                f"train on more {_inputs(cfg)}")
         raise ConfigError(
-            f"an epoch is {steps} step(s) ({train_count} training {_samples(cfg)}, --workers {cfg.workers}, "
+            f"an epoch is {steps} step(s) ({train_count} training {_inputs(cfg)}, --workers {cfg.workers}, "
             f"--batch-size {cfg.batch_size}"
             f"{f', --max-steps-per-epoch {cfg.max_steps_per_epoch}' if cfg.max_steps_per_epoch else ''}"
             f"), which leaves no step after --warmup-steps {cfg.warmup_steps} to time; {more}, or lower "
@@ -230,7 +221,7 @@ def check_data(cfg: TrainConfig, plan: DataPlan) -> None:
     if plan.dataset == "synthetic":
         synthetic_memory(cfg)
     if plan.make:
-        free_space(plan.root.parent, "--data-dir", synthetic_file_bytes(cfg), f"the synthetic {_samples(cfg)}")
+        free_space(plan.root.parent, "--data-dir", synthetic_file_bytes(cfg), f"the synthetic {_inputs(cfg)}")
 
 
 def check_interface() -> None:
@@ -252,10 +243,8 @@ def check_config(cfg: TrainConfig, horovod: bool = True) -> None:
     framework_env.check(os.environ, cfg, horovod)
     writable_dir(cfg.output_dir, "--output-dir")
     free_space(cfg.output_dir, "--output-dir", OUTPUT_BYTES, "results, TensorBoard scalars, logs")
-    if cfg.dataset == "mnist" and (Path(cfg.data_dir) / "MNIST" / "raw").is_dir():
-        pass  # real MNIST is only read: a read-only shared copy is fine
-    else:
-        writable_dir(cfg.data_dir, "--data-dir")
+    if not (cfg.dataset == "mnist" and (Path(cfg.data_dir) / "MNIST" / "raw").is_dir()):
+        writable_dir(cfg.data_dir, "--data-dir")  # real MNIST is only read: a read-only shared copy is fine
     if cfg.checkpoint_dir:
         writable_dir(cfg.checkpoint_dir, "--checkpoint-dir")
         check_checkpoint_file(Path(cfg.checkpoint_dir).expanduser() / CHECKPOINT)

@@ -60,12 +60,11 @@ def atomic_file(path: Path, needed: int) -> Iterator[Path]:
         raise
 
 
-def write_results(output_dir: str | Path, doc: dict[str, Any]) -> Path:
+def write_results(output_dir: str | Path, doc: dict[str, Any]) -> None:
     """results.json, validated and written atomically: a crash never leaves a half-written one for a finished-looking
     run."""
     results.validate(doc)
     write_json(Path(output_dir) / results.FILENAME, doc)
-    return Path(output_dir) / results.FILENAME
 
 
 def write_json(path: Path, doc: Any) -> None:

@@ -23,8 +23,7 @@ from torchvision.datasets import MNIST
 from cluster import own_ray, ray_cluster
 from contract.config import TrainConfig
 from contract.results import History
-from launchers import arms
-from runtime import cli, signals
+from runtime import cli, launch, signals
 from tests.helpers import BIN, ENTRY_POINTS, REPO, SYNTHETIC, data_flags, free_port, run_command, run_module, tree
 from workload import checkpoint
 from workload.model import ConvNet
@@ -458,7 +457,8 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(entry, argv, ne
         monkeypatch.setenv("CUDA_HOME", str(ws / "cu13"))
         monkeypatch.setenv("HOROVOD_BUILD_CUDA_CC_LIST", "90")
     elif env == "no-horovodrun":
-        monkeypatch.setattr(arms, "_executable", lambda name: None)
+        found = launch.executable
+        monkeypatch.setattr(launch, "executable", lambda name: None if name == "horovodrun" else found(name))
     elif env == "no-recorded-cluster":  # whatever other tests left in /tmp/ray: this run would start its own Ray
         monkeypatch.setattr(ray_cluster, "starts_own_ray", lambda: True)
     elif env == "stale-record":  # a `ray start` cluster recorded where ray.init looks, and gone since

@@ -19,7 +19,6 @@ import contextlib
 import json
 import logging
 import os
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -62,14 +61,12 @@ def per_worker(cfg: TrainConfig) -> list[list[torch.Tensor]]:
 
 
 def launch(backend: str, cfg: TrainConfig, scratch: Path) -> list[torch.Tensor]:
-    here, n = Path(sys.executable), str(cfg.workers)
-    head = ([str(here.with_name("torchrun")), "--standalone", "--nproc-per-node", n] if backend == "native"
-            else [str(here.with_name("horovodrun")), "-np", n, "--gloo", sys.executable])
+    launcher = "torchrun" if backend == "native" else "horovodrun"
     config, output = scratch / "config.json", scratch / f"{backend}.pt"
     config.write_text(json.dumps(cfg.to_dict()))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(RANK.parent.parent)}
-    arms.run_launcher([*head, str(RANK), "--backend", backend, "--config", str(config), "--output", str(output)], env,
-                      scratch / f"{backend}.log", Path(head[0]).name)
+    arms.run_launcher([*arms.launcher_head(launcher, cfg.workers), str(RANK), "--backend", backend, "--config",
+                       str(config), "--output", str(output)], env, scratch / f"{backend}.log", launcher)
     return torch.load(output, weights_only=True)
 
 

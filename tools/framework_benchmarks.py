@@ -24,7 +24,6 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
 from analysis import stats
@@ -113,8 +112,7 @@ def measure(model: str, args: argparse.Namespace, folder: Path, backends: list[s
 def run(arm: str, model: str, args: argparse.Namespace, out: Path) -> tuple[float, float | None]:
     """One run: its median total img/s over the measured batches, and the project's data-loading share."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", **arms.TORCHRUN_ENV}
-    horovodrun = [str(Path(sys.executable).with_name("horovodrun")), "-np", str(args.workers), "--gloo", sys.executable]
-    torchrun = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node", str(args.workers)]
+    horovodrun, torchrun = arms.launcher_head("horovodrun", args.workers), arms.launcher_head("torchrun", args.workers)
     batches = ["--num-warmup-batches", str(args.warmup_batches), "--num-batches-per-iter", str(args.batches_per_iter),
                "--num-iters", str(args.iters), "--model", model]
     steps = args.warmup_batches + args.batches_per_iter * args.iters

@@ -17,7 +17,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 from analysis import stats, text
 from contract import results
 from contract.config import ConfigError
+from launchers.arms import launcher_head
 from runtime import cli
 
 log = logging.getLogger(__name__)
@@ -50,27 +50,16 @@ def ranks(device: str) -> int:
     return 1 if device == "cuda" else 2
 
 
-def launcher(name: str) -> str:
-    """`name` beside this Python, else on PATH (Horovod built into a folder of its own has its horovodrun there)."""
-    beside = Path(sys.executable).with_name(name)
-    return str(beside) if beside.exists() else shutil.which(name) or name
-
-
 def launch(backend: str, tensors: tuple[int, ...], args: argparse.Namespace) -> list[dict[str, float]]:
-    n = str(ranks(args.device))
-    head = ([launcher("torchrun"), "--standalone", "--nproc-per-node", n] if backend == "native"
-            else [launcher("horovodrun"), "-np", n, "--gloo", sys.executable])
+    head = launcher_head("torchrun" if backend == "native" else "horovodrun", ranks(args.device))
     path = os.pathsep.join(filter(None, [str(RANK.parent.parent), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **ARMS[backend]}
     extra = ["--device", args.device, *(["--model", args.model, "--batch", str(args.batch)] if args.model else [])]
     argv = [str(RANK), "--backend", backend.split("-")[0], "--tensors", ",".join(map(str, tensors))]
     done = subprocess.run([*head, *argv, "--steps", str(args.steps), *extra], capture_output=True, text=True,
                           env=env, check=False)
-    found = []
-    for line in done.stdout.splitlines():
-        start = line.find('{"backend"')  # horovodrun prefixes each rank's line with its rank
-        if start >= 0:
-            found.append(json.loads(line[start:]))
+    found = [json.loads(line[line.find('{"backend"'):])  # horovodrun prefixes each rank's line with its rank
+             for line in done.stdout.splitlines() if '{"backend"' in line]
     if done.returncode or len(found) != len(tensors) + bool(args.model):
         raise RuntimeError(f"{backend} round failed ({done.returncode}): {done.stderr[-2000:]}")
     return found
@@ -92,14 +81,12 @@ def per_round(lines: list[dict[str, float]]) -> dict[str, float]:
 
 
 def summarize(rounds: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, dict[str, object]]]:
-    out: dict[str, dict[str, dict[str, object]]] = {}
-    for backend, values in rounds.items():
-        out[backend] = {}
-        for key in values[0]:
-            mean, interval = stats.mean_interval([v[key] for v in values])
-            out[backend][key] = {"mean": mean, "low": interval[0] if interval else None,
-                                 "high": interval[1] if interval else None, "rounds": [v[key] for v in values]}
-    return out
+    def figure(values: list[float]) -> dict[str, object]:
+        mean, interval = stats.mean_interval(values)
+        low, high = interval or (None, None)
+        return {"mean": mean, "low": low, "high": high, "rounds": values}
+
+    return {backend: {key: figure([v[key] for v in values]) for key in values[0]} for backend, values in rounds.items()}
 
 
 def markdown(doc: dict[str, object]) -> str:
@@ -160,15 +147,6 @@ def parser() -> cli.Parser:
     return out
 
 
-def gpu() -> tuple[str, str]:
-    """The first GPU's name and torch's version; refused in one line where torch sees none."""
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ConfigError("--device cuda needs a GPU torch can see (torch.cuda.is_available() is False here)")
-    return torch.cuda.get_device_name(0), torch.__version__
-
-
 def main() -> int:
     args = parser().parse_args()
     if args.rounds < 2 or args.steps < 10:
@@ -176,9 +154,12 @@ def main() -> int:
     if args.model and args.device != "cuda":
         raise ConfigError("--model times whole GPU steps: give --device cuda with it, on a machine with a GPU")
     machine = f"{os.cpu_count()} cores, {results.environment()['cpu']}"
-    if args.device == "cuda":
-        name, version = gpu()
-        machine = f"{name} with {machine}, torch {version}"
+    if args.device == "cuda":  # the first GPU's name and torch's version
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda needs a GPU torch can see (torch.cuda.is_available() is False here)")
+        machine = f"{torch.cuda.get_device_name(0)} with {machine}, torch {torch.__version__}"
     rounds: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms(args.device)}
     for k in range(args.rounds):
         for backend in (list(rounds) if k % 2 == 0 else list(rounds)[::-1]):
