@@ -153,8 +153,10 @@ def parser() -> cli.Parser:
     return out
 
 
-RENDERED = (regime.NETWORK, tuning.GRID, runs.COMPARISON, predict_gpus.FILE)
-"""The files --render reads: a link sweep's, a grid's, a comparison's, a GPU cluster prediction's."""
+RENDERERS = {regime.NETWORK: lambda sweep: regime.render(sweep, model_size), tuning.GRID: tuning.render,
+             predict_gpus.FILE: predict_gpus.render, runs.COMPARISON: report.render}
+"""The files --render reads, each with what renders the folder holding it: a link sweep's, a grid's, a GPU cluster
+prediction's, a comparison's."""
 
 
 def render(folder: Path) -> str:
@@ -170,8 +172,7 @@ RENDERS = (".md", ".png")
 
 
 def _render(folder: Path) -> str:
-    for name, rendered in ((regime.NETWORK, lambda sweep: regime.render(sweep, model_size)),
-                           (tuning.GRID, tuning.render), (predict_gpus.FILE, predict_gpus.render)):
+    for name, rendered in RENDERERS.items():
         if (folder / name).exists():
             try:
                 return rendered(folder)
@@ -180,9 +181,9 @@ def _render(folder: Path) -> str:
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
                 raise ConfigError(f"{folder / name} is damaged or from another version ({type(error).__name__}: "
                                   f"{error}); rerun python -m ray_jobs.compare") from None
-    beneath = sorted({path.parent for name in RENDERED for path in folder.rglob(name)}) if folder.is_dir() else []
-    if (folder / runs.COMPARISON).exists() or not beneath:
-        return report.render(folder)
+    beneath = sorted({path.parent for name in RENDERERS for path in folder.rglob(name)}) if folder.is_dir() else []
+    if not beneath:
+        return report.render(folder)  # its refusal: no comparison.json here
     for each in beneath:
         _render(each)
     return "rendered again: " + ", ".join(str(each) for each in beneath)
