@@ -34,7 +34,6 @@ from runtime import folder_lock, gpus, logs, preflight, run_folder, space
 from workload import data, tracing
 
 log = logging.getLogger(__name__)
-DEFAULT_TOLERANCE = CompareConfig().tolerance
 DEFAULT_EPOCHS = 2
 """The steady window is the last epoch's: on Ray the first overlaps Ray Train's own actors settling after the start,
 which slowed one rank or the other by up to 15 % (docs/measuring.md)."""
