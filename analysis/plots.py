@@ -74,7 +74,8 @@ def plot_intervals(rows: list[tuple[str, dict[str, Any]]], path: Path, title: st
     ax.set(xlabel="ratio and its 95 % interval (right of the dashed 1: the first named is faster; grey: undecided)",
            title=title)
     if not rows:
-        nothing(ax, "no verdict: no round finished on both sides")
+        ax.text(0.5, 0.5, "no verdict: no round finished on both sides", transform=ax.transAxes, ha="center",
+                va="center")
     save(fig, path)
 
 
@@ -94,10 +95,7 @@ def plot_losses(comparison: dict[str, Any], path: Path) -> None:
             said.append(f"floor {text.number(verdict['floor']['largest'])} (summation order)")
         ax.set(title="\n".join([f"{workers} worker(s): lines overlap where the losses agree", "; ".join(said)]).strip(),
                xlabel="step", ylabel="training loss (mean over ranks)", yscale="log")
-        if by_arm:
-            ax.legend(fontsize="small")
-        else:
-            nothing(ax, "no run finished")
+        legend_or(ax, bool(by_arm), "no run finished")
     save(fig, path)
 
 
@@ -126,10 +124,7 @@ def plot_throughput(comparison: dict[str, Any], path: Path) -> None:
         ax.bar(xs, medians, width * 0.95, label=arm, color=f"C{i}", alpha=0.85)
     ax.set_xticks([j + width * (len(arms) - 1) / 2 for j in range(len(counts))], [f"{w} worker(s)" for w in counts])
     ax.set(ylabel="steady-state samples/s, total (median step)", title="Steady samples/s by arm (dots: runs)")
-    if arms:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    else:
-        nothing(ax, "no run finished")
+    legend_or(ax, bool(arms), "no run finished", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save(fig, path)
 
 
@@ -153,9 +148,7 @@ def plot_overhead(comparison: dict[str, Any], path: Path) -> None:
            title="Where the time goes, from launch to return")
     if bars:
         ax.set_xlim(0, 1.15 * max(previous))  # room for the totals written after each bar
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    else:
-        nothing(ax, "no distributed run finished")
+    legend_or(ax, bool(bars), "no distributed run finished", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save(fig, path)
 
 
@@ -178,10 +171,7 @@ def plot_elastic(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
         ax.set(title=f"{mode}: node lost (dotted), back (dash-dot)", ylabel="samples/s")
         world_ax.set(ylabel="world (dashed)")
         world_ax.set_ylim(0, 1 + max((w for t in trials for _, w, _ in t["series"]), default=1))
-        if any(t["series"] for t in trials):
-            ax.legend(loc="lower right", fontsize="small")
-        else:
-            nothing(ax, "no step recorded")
+        legend_or(ax, any(t["series"] for t in trials), "no step recorded", loc="lower right")
     axes[-1, 0].set_xlabel("seconds from the run's start")
     save(fig, path)
 
@@ -192,5 +182,9 @@ def save(fig: Any, path: Path) -> None:
     pyplot().close(fig)
 
 
-def nothing(ax: Any, text: str) -> None:
-    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center")
+def legend_or(ax: Any, shown: bool, missing: str, **where: Any) -> None:
+    """The axes' legend where something was drawn on them, else `missing` in their middle."""
+    if shown:
+        ax.legend(fontsize="small", **where)
+    else:
+        ax.text(0.5, 0.5, missing, transform=ax.transAxes, ha="center", va="center")

@@ -111,14 +111,12 @@ def render(folders: list[str]) -> str:
     if not shared:
         raise ConfigError(f"no model and worker count was compared in two of {', '.join(folders)}; pass snapshots "
                           "of the same models")
-    head = ("| model | workers | snapshot | CPU | native ÷ Horovod, steady samples/s (95 % CI) | rounds | "
-            "native − Horovod step, ms (95 % CI) | parts that decide it, ms |")
-    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
-    for found in shared.values():
-        lines.extend(f"| {e.model} | {e.workers} | {e.row} |" for e in found)
+    table = text.md_table(["model", "workers", "snapshot", "CPU", "native ÷ Horovod, steady samples/s (95 % CI)",
+                           "rounds", "native − Horovod step, ms (95 % CI)", "parts that decide it, ms"],
+                          [[e.model, e.workers, e.row] for found in shared.values() for e in found])
     said = [summary(found) for found in shared.values()]
     made = f"Made by `python -m ray_jobs.replicate {' '.join(folders)}` from the snapshots' comparison.json alone."
-    return "\n".join([made, "", *lines, "", *said]) + "\n"
+    return "\n".join([made, "", table, "", *said]) + "\n"
 
 
 def alike(found: list[Entry]) -> list[Entry]:

@@ -194,12 +194,10 @@ def noise_line(comparison: dict[str, Any], workers: int) -> str | None:
     floor = comparison.get("noise_floor", {}).get(str(workers))
     if not floor:
         return None
-    parts = []
-    for arm, estimate in floor.items():
-        said = f"{arm} ÷ {arm}{AA_SUFFIX} {ratio_text(estimate)}"
-        if estimate["ci95"] is not None and not estimate["ci95"][0] <= 1 <= estimate["ci95"][1]:
-            said += " (the interval excludes 1: this design finds a difference where there is none)"
-        parts.append(said)
+    excludes = " (the interval excludes 1: this design finds a difference where there is none)"
+    parts = [f"{arm} ÷ {arm}{AA_SUFFIX} {ratio_text(e)}"
+             + (excludes if e["ci95"] is not None and not e["ci95"][0] <= 1 <= e["ci95"][1] else "")
+             for arm, e in floor.items()]
     width = stats.resolution(floor)
     resolution = "unknown (one repeat gives no interval)" if width is None else f"±{100 * width:.1f} %"
     return (f"**Resolution here: {resolution}** — the A/A control, each arm against itself, interleaved as the A/B "
@@ -224,7 +222,7 @@ def _no_speed_reason(comparison: dict[str, Any], workers: int) -> str:
     if not set(BACKENDS) <= set(s["backends"]):
         return f"it compares native with horovod, and this comparison ran only {', '.join(s['backends'])}"
     a, b = speed.compared_arms(s["launchers"])
-    rounds, _, _ = speed.paired_rounds(comparison["runs"], workers, a, b, speed.METRIC)
+    rounds, _, _ = speed.paired(comparison["runs"], workers, a, b, speed.METRIC)
     if rounds:
         raise ConfigError(f"comparison.json holds no speed at {workers} worker(s), yet {a} and {b} both finished "
                           f"round(s) {', '.join(str(r + 1) for r in rounds)}: the file was edited or cut; render a "
@@ -531,22 +529,16 @@ def workers_section(comparison: dict[str, Any], workers: int) -> list[str]:
     phases, and parity."""
     ran = bool(runs.finished(comparison, workers))
     out = ["", f"## {workers} worker(s)", "", speed_line(comparison, workers), ""]
-    if workers == 1:
-        out += [ONE_RANK_NOTE, ""]
-    if timeline_on(comparison):
-        out += [TIMELINE_NOTE, ""]
-    for line in (cost_line(comparison, workers), noise_line(comparison, workers), spread_line(comparison, workers),
+    for line in (workers == 1 and ONE_RANK_NOTE, timeline_on(comparison) and TIMELINE_NOTE,
+                 cost_line(comparison, workers), noise_line(comparison, workers), spread_line(comparison, workers),
                  cause.efficiency_line(comparison, workers), cause.ceilings_line(comparison, workers),
                  cause.paragraph(comparison, workers)):
         out += [line, ""] if line else []
     failed = any(r["status"] != "ok" for r in comparison["runs"])
     out += [table(comparison, workers) if ran else
             "No run finished at this worker count" + ("; see Failed runs." if failed else ".")]
-    if overhead := overhead_table(comparison, workers):
-        out += ["", overhead]
-    if ran:
-        out += ["", phases_table(comparison, workers)]
-    for part in (step_table(comparison, workers), cause.thread_table(comparison, workers)):
+    for part in (overhead_table(comparison, workers), ran and phases_table(comparison, workers),
+                 step_table(comparison, workers), cause.thread_table(comparison, workers)):
         out += ["", part] if part else []
     return out + parity_lines(comparison, workers)
 

@@ -27,15 +27,9 @@ BUSY_SHARE = 0.25
 """Share of the cores other processes may take while a run measures before its verdict says so."""
 
 
-def paired(runs: list[dict[str, Any]], workers: int, a: str, b: str, key: str) -> tuple[list[float], list[float]]:
-    """`key` of arm `a` and arm `b`, round by round, over the rounds where both finished."""
-    _, x, y = paired_rounds(runs, workers, a, b, key)
-    return x, y
-
-
-def paired_rounds(runs: list[dict[str, Any]], workers: int, a: str, b: str,
-                  key: str) -> tuple[list[int], list[float], list[float]]:
-    """As `paired`, with the rounds the pairs came from."""
+def paired(runs: list[dict[str, Any]], workers: int, a: str, b: str,
+           key: str) -> tuple[list[int], list[float], list[float]]:
+    """The rounds where arm `a` and arm `b` both finished at `workers`, and `key` of each, round by round."""
     by_round: dict[str, dict[int, float]] = {a: {}, b: {}}
     for run in runs:
         if (run["workers"] == workers and run["status"] == "ok" and run["arm"] in by_round
@@ -64,7 +58,7 @@ def estimate(runs: list[dict[str, Any]], workers: int, a: str, b: str, pilot: in
              key: str = METRIC, per_second: bool = False) -> stats.RatioEstimate | None:
     """`key` of a ÷ b paired by round: a t interval, or with `pilot` (the rounds before a second stage) Stein's;
     None when no round has both. `per_second`: `key` is a time, and the ratio is of its inverse (a rate)."""
-    rounds, x, y = paired_rounds(runs, workers, a, b, key)
+    rounds, x, y = paired(runs, workers, a, b, key)
     if not rounds:
         return None
     if per_second:
@@ -73,35 +67,28 @@ def estimate(runs: list[dict[str, Any]], workers: int, a: str, b: str, pilot: in
     return stats.two_stage_ratio(x, y, first) if first >= 2 else stats.paired_ratio(x, y)
 
 
-def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str],
-          pilot: int | None = None, one_round: str | None = None) -> dict[str, Any] | None:
-    """native ÷ Horovod at `workers`, on Ray when Ray ran, else under their own launchers; None when no round
-    has both. `pilot`: the rounds that were a two-stage pilot (compare --target-ci); `one_round`: what stopped the
-    rounds at one and what helps, where it was not --repeats."""
+def speed(runs: list[dict[str, Any]], workers: int, launchers: list[str], pilot: int | None = None,
+          one_round: str | None = None, key: str = METRIC) -> dict[str, Any] | None:
+    """native ÷ Horovod in `key` at `workers`, paired by round, on Ray when Ray ran, else under their own launchers;
+    None when no round has both. METRIC: steady samples/s, with the machine's load; END_TO_END: runs per second from
+    launch to return (start-up, training, evaluation, teardown: what a team's job pays); CPU_METRIC: CPU-seconds per
+    1,000 samples, a cost (below 1: native uses less), with no verdict. `pilot`: the rounds that were a two-stage
+    pilot (compare --target-ci); `one_round`: what stopped the rounds at one and what helps, where it was not
+    --repeats."""
     a, b = compared_arms(launchers)
-    found = estimate(runs, workers, a, b, pilot)
+    found = estimate(runs, workers, a, b, pilot, key, per_second=key == END_TO_END)
     if found is None:
         return None
-    native, horovod = paired(runs, workers, a, b, METRIC)
-    load = machine_load(runs, workers, (a, b))
-    return {"metric": METRIC, "launcher": "ray" if "ray" in launchers else "own launchers", **estimate_dict(found),
-            "verdict": stats.speed_verdict(found),
-            "sentence": stats.speed_sentence(found, one_round=one_round) + (f" — {load['caveat']}" if load else ""),
-            "native": native, "horovod": horovod, "machine_load": load}
-
-
-def end_to_end(runs: list[dict[str, Any]], workers: int, launchers: list[str],
-               pilot: int | None = None, one_round: str | None = None) -> dict[str, Any] | None:
-    """native ÷ Horovod in runs per second from launch to return (start-up, training, evaluation, teardown: what a
-    team's job pays), paired by round as the steady verdict is; None when no round has both."""
-    a, b = compared_arms(launchers)
-    found = estimate(runs, workers, a, b, pilot, END_TO_END, per_second=True)
-    if found is None:
-        return None
-    native, horovod = paired(runs, workers, a, b, END_TO_END)
-    return {"metric": END_TO_END, **estimate_dict(found), "verdict": stats.speed_verdict(found),
-            "sentence": stats.speed_sentence(found, one_round=one_round),
-            "native": native, "horovod": horovod}
+    _, native, horovod = paired(runs, workers, a, b, key)
+    out = {"metric": key, **estimate_dict(found), "native": native, "horovod": horovod}
+    if key == CPU_METRIC:
+        return {**out, "sentence": stats.cost_sentence(found)}
+    out.update(verdict=stats.speed_verdict(found), sentence=stats.speed_sentence(found, one_round=one_round))
+    if key == METRIC:
+        load = machine_load(runs, workers, (a, b))
+        out.update(launcher="ray" if "ray" in launchers else "own launchers", machine_load=load,
+                   sentence=out["sentence"] + (f" — {load['caveat']}" if load else ""))
+    return out
 
 
 def machine_load(runs: list[dict[str, Any]], workers: int, arms: tuple[str, str]) -> dict[str, Any] | None:
@@ -120,19 +107,6 @@ def machine_load(runs: list[dict[str, Any]], workers: int, arms: tuple[str, str]
               "quiet-machine result" + ("; the load fell unevenly on the arms, so this ratio carries it" if uneven
                                         else ""))
     return {"worst_others_share": worst, "median_others_share": medians, "uneven": uneven, "caveat": caveat}
-
-
-def cpu_cost(runs: list[dict[str, Any]], workers: int, launchers: list[str],
-             pilot: int | None = None) -> dict[str, Any] | None:
-    """native ÷ Horovod CPU-seconds per 1,000 samples at `workers`, paired by round as the speed is; None when no
-    round has both."""
-    a, b = compared_arms(launchers)
-    found = estimate(runs, workers, a, b, pilot, CPU_METRIC)
-    if found is None:
-        return None
-    native, horovod = paired(runs, workers, a, b, CPU_METRIC)
-    return {"metric": CPU_METRIC, **estimate_dict(found), "sentence": stats.cost_sentence(found),
-            "native": native, "horovod": horovod}
 
 
 def noise_floor(runs: list[dict[str, Any]], workers: int, arms: list[str],
@@ -185,6 +159,6 @@ def efficiency(runs: list[dict[str, Any]], workers: int, arms: list[str],
     for arm in arms:
         ceiling = ceiling_of(arm)
         if found := estimate(runs, workers, arm, ceiling, pilot):
-            _, limit = paired(runs, workers, arm, ceiling, METRIC)
+            _, _, limit = paired(runs, workers, arm, ceiling, METRIC)
             out[arm] = {"ceiling": ceiling, "ceiling_samples_per_s": statistics.median(limit), **estimate_dict(found)}
     return out

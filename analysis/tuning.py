@@ -4,12 +4,11 @@ Each row's interval is the t interval of the mean over that arm's repeats; nativ
 the setting's own comparison, which cancels the machine's slow minutes that the unpaired intervals still carry.
 """
 
-import json
 from pathlib import Path
 from typing import Any
 
 from analysis import plots, report, runs, speed, stats, text
-from contract.config import BACKENDS, ConfigError
+from contract.config import BACKENDS
 
 GRID = "grid.json"
 SCHEMA_VERSION = 1
@@ -17,11 +16,7 @@ SCHEMA_VERSION = 1
 
 def load(grid_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """grid.json and each setting's comparison.json, by folder."""
-    path = Path(grid_dir) / GRID
-    try:
-        grid = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"{path} cannot be read ({error}); pass a folder written by a compare grid") from None
+    grid = runs.read_json(Path(grid_dir) / GRID, "pass a folder written by a compare grid")
     folders = [s["folder"] for s in grid["settings"]] + [b["folder"] for b in grid.get("best", {}).values()]
     return grid, {folder: runs.load(Path(grid_dir) / folder) for folder in folders}
 

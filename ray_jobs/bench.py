@@ -20,7 +20,7 @@ import argparse
 import logging
 from typing import Any
 
-from analysis import report, runs
+from analysis import runs
 from analysis.speed import OWN_LAUNCHER_ARMS
 from contract.comparison import CompareConfig
 from contract.config import LAUNCHERS, TrainConfig
@@ -55,11 +55,10 @@ def ratio_text(estimate: dict[str, Any] | None) -> str:
 
 def table(comparison: dict[str, Any]) -> str:
     lines = []
-    for workers in comparison["settings"]["workers"]:
+    s = comparison["settings"]
+    for workers in s["workers"]:
         n = str(workers)
-        repeats = comparison["settings"]["repeats"]
-        lines += [f"{workers} worker(s), {repeats} round(s), {comparison['settings']['config']['epochs']} epoch(s); "
-                  "ratio (95 % CI)",
+        lines += [f"{workers} worker(s), {s['repeats']} round(s), {s['config']['epochs']} epoch(s); ratio (95 % CI)",
                   f"{'comparison':<26} {'steady-state throughput':<26} {'end-to-end wall time':<26} goal and verdict"]
         overhead = comparison["launcher_overhead"].get(n, {})
         for arm in OWN_LAUNCHER_ARMS:
@@ -67,11 +66,9 @@ def table(comparison: dict[str, Any]) -> str:
             backend, vanilla = arm.split("/")
             name = f"Ray {'Horovod' if backend == 'horovod' else backend} ÷ {vanilla}"
             steady, end_to_end = section.get("steady"), section.get("end_to_end")
-            lines.append(
-                f"{name:<26} {ratio_text(steady):<26} {ratio_text(end_to_end):<26} "
-                f"steady ≥ {STEADY_GOAL:.2f}: {judge(steady, STEADY_GOAL, True)}; "
-                f"end to end ≤ {END_TO_END_GOAL:.2f}: {judge(end_to_end, END_TO_END_GOAL, False)}"
-            )
+            lines.append(f"{name:<26} {ratio_text(steady):<26} {ratio_text(end_to_end):<26} steady ≥ "
+                         f"{STEADY_GOAL:.2f}: {judge(steady, STEADY_GOAL, True)}; end to end ≤ "
+                         f"{END_TO_END_GOAL:.2f}: {judge(end_to_end, END_TO_END_GOAL, False)}")
         answer = comparison["speed"].get(n)
         lines.append(f"{'native ÷ Horovod (Ray)':<26} {ratio_text(answer):<26} {'—':<26} "
                      f"no goal: {answer['sentence'] if answer else 'a backend did not finish'}")
@@ -85,12 +82,8 @@ def table(comparison: dict[str, Any]) -> str:
 def parser() -> cli.Parser:
     out = cli.Parser(description=__doc__, prog="python -m ray_jobs.bench",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    out.add_argument("--workers", default="2", help="worker counts (default: 2)")
-    out.add_argument("--repeats", type=int, default=3, help="rounds of every arm, interleaved (default: 3)")
-    out.add_argument("--output-dir", default="results/bench", help="runs go into <output-dir>/<run-id>/")
-    out.add_argument("--aa", action="store_true",
-                     help="also run every arm against a twin of itself and print each A/A ratio: the noise floor "
-                          "the other ratios are read against (doubles the runs)")
+    flags.add(out, CompareConfig, only=("workers", "aa", "repeats", "output_dir"),
+              defaults={"repeats": 3, "output_dir": "results/bench"})
     flags.add(out, exclude=("workers", "output_dir", "checkpoint_dir", "no_averaging"),
               defaults={"epochs": 3, "cpu_affinity": orchestrator.DEFAULT_AFFINITY})
     return out
@@ -103,7 +96,6 @@ def main() -> int:
     base = flags.from_args(args, TrainConfig, workers=1, output_dir=".")
     root = preflight.writable_dir(args.output_dir, "--output-dir")
     run_dir = orchestrator.compare(base, cmp, root, references=False)
-    report.render(run_dir)
     written = runs.load(run_dir)
     log.info("\n%s\n\nruns, report and plots: %s", table(written), run_dir)
     failed = [r for r in written["runs"] if r["status"] != "ok"]

@@ -41,11 +41,12 @@ log = logging.getLogger(__name__)
 
 
 def main() -> int:
-    if {"--model", "--models"} <= {arg.split("=")[0] for arg in sys.argv[1:]}:
+    given = {arg.split("=")[0] for arg in sys.argv[1:]}
+    if {"--model", "--models"} <= given:
         raise ConfigError("--model and --models are one flag: give one of them, with a comma-separated list for "
                           "several models")
     args = make_defaults(parser().parse_args(), sys.argv[1:])
-    if not (args.target_ci or args.make_target_ci) and any(a.split("=")[0] == "--budget-min" for a in sys.argv[1:]):
+    if not (args.target_ci or args.make_target_ci) and "--budget-min" in given:
         raise ConfigError("--budget-min bounds the rounds --target-ci adds, and without --target-ci --repeats fixes "
                           "them, so it would bound nothing; add --target-ci (3 is ±3 %), or drop --budget-min")
     cmp = flags.from_args(args, CompareConfig)
@@ -70,12 +71,10 @@ def main() -> int:
         extra["run_id"] = args.run_id
     if len(settings) > 1:
         grid_dir = grid.run(base, settings, cmp, root, **extra)
-        tuning.render(grid_dir)
-        log.info("%s", "\n".join(terminal.grid_summary(*tuning.load(grid_dir), grid_dir)))
-        return outcome([runs.load(grid_dir / s["folder"]) for s in tuning.load(grid_dir)[0]["settings"]],
-                       cmp.assert_parity)
+        found, comparisons = tuning.load(grid_dir)
+        log.info("%s", "\n".join(terminal.grid_summary(found, comparisons, grid_dir)))
+        return outcome([comparisons[s["folder"]] for s in found["settings"]], cmp.assert_parity)
     run_dir = orchestrator.compare(base, cmp, root, **extra)
-    report.render(run_dir)
     written = runs.load(run_dir)
     log.info("%s", "\n".join(terminal.summary(written, run_dir)))
     return outcome([written], cmp.assert_parity)
@@ -85,13 +84,14 @@ PILOT = 3
 """The fewest rounds --target-ci's pilot measures a spread from (CompareConfig refuses fewer)."""
 
 
-def make_defaults(args: argparse.Namespace, given: list[str]) -> argparse.Namespace:
+def make_defaults(args: argparse.Namespace, argv: list[str]) -> argparse.Namespace:
     """make compare's --target-ci, unless the flags after it say otherwise: a --target-ci of their own wins, and a
     --repeats below the pilot asks for that many rounds, fixed (as a user of `make compare ARGS="--repeats 2"` means),
     which is said."""
-    if not args.make_target_ci or any(flag.split("=")[0] == "--target-ci" for flag in given):
+    given = {flag.split("=")[0] for flag in argv}
+    if not args.make_target_ci or "--target-ci" in given:
         return args
-    if any(flag.split("=")[0] == "--repeats" for flag in given) and args.repeats < PILOT:
+    if "--repeats" in given and args.repeats < PILOT:
         log.info("--repeats %d: a fixed %d round(s), without make compare's --target-ci %g (its pilot needs %d)",
                  args.repeats, args.repeats, args.make_target_ci, PILOT)
         return args
@@ -111,9 +111,7 @@ def resumable(folder: Path, base: TrainConfig, cmp: CompareConfig, settings: lis
     if not folder.is_dir():
         raise ConfigError(f"--resume {folder} does not exist; pass the results/<run-id> folder of the stopped run")
     folder_lock.hold(folder, "--resume")  # before anything reads or changes it
-    if len(settings) == 1:
-        resume.check(folder, resume.request(replace(base, **settings[0]), cmp))
-    else:
+    if len(settings) > 1:  # a single comparison's folder is checked first thing as it plans (orchestrator.plan)
         labels = grid.labels(base, settings)
         for setting, label in zip(settings, labels):
             if (folder / label).is_dir() and not (folder / label / runs.COMPARISON).exists():
@@ -155,8 +153,10 @@ def parser() -> cli.Parser:
     return out
 
 
-RENDERED = (regime.NETWORK, tuning.GRID, runs.COMPARISON, predict_gpus.FILE)
-"""The files --render reads: a link sweep's, a grid's, a comparison's, a GPU cluster prediction's."""
+RENDERERS = {regime.NETWORK: lambda sweep: regime.render(sweep, model_size), tuning.GRID: tuning.render,
+             predict_gpus.FILE: predict_gpus.render, runs.COMPARISON: report.render}
+"""The files --render reads, each with what renders the folder holding it: a link sweep's, a grid's, a GPU cluster
+prediction's, a comparison's."""
 
 
 def render(folder: Path) -> str:
@@ -172,8 +172,7 @@ RENDERS = (".md", ".png")
 
 
 def _render(folder: Path) -> str:
-    for name, rendered in ((regime.NETWORK, render_sweep), (tuning.GRID, tuning.render),
-                           (predict_gpus.FILE, predict_gpus.render)):
+    for name, rendered in RENDERERS.items():
         if (folder / name).exists():
             try:
                 return rendered(folder)
@@ -182,9 +181,9 @@ def _render(folder: Path) -> str:
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
                 raise ConfigError(f"{folder / name} is damaged or from another version ({type(error).__name__}: "
                                   f"{error}); rerun python -m ray_jobs.compare") from None
-    beneath = sorted({path.parent for name in RENDERED for path in folder.rglob(name)}) if folder.is_dir() else []
-    if (folder / runs.COMPARISON).exists() or not beneath:
-        return report.render(folder)
+    beneath = sorted({path.parent for name in RENDERERS for path in folder.rglob(name)}) if folder.is_dir() else []
+    if not beneath:
+        return report.render(folder)  # its refusal: no comparison.json here
     for each in beneath:
         _render(each)
     return "rendered again: " + ", ".join(str(each) for each in beneath)
@@ -216,13 +215,8 @@ def simulate(cmp: CompareConfig, base: TrainConfig, root: Path) -> int:
     except netsim.ClusterError as error:
         log.error("error: %s; the simulated cluster is torn down", error)
         return 1
-    log.info("\n%s\nreport: %s", render_sweep(sweep_dir), sweep_dir / "report.md")
+    log.info("\n%s\nreport: %s", regime.render(sweep_dir, model_size), sweep_dir / "report.md")
     return 1 if code else 0
-
-
-def render_sweep(sweep_dir: str | Path) -> str:
-    """The sweep's report and plots."""
-    return regime.render(sweep_dir, model_size)
 
 
 def model_size(key: int | str) -> dict[str, int]:

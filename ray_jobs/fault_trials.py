@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from analysis import text
 from contract import results
 from contract.config import ConfigError, TrainConfig
 from launchers import arms
@@ -232,10 +233,7 @@ def survival_table(trials: list[Trial], names: list[str], kill: str) -> str:
     """One Markdown row per launcher: completed, resumed, epochs redone, bit-identical, seconds to recover."""
     how = ("rank 1 kills itself after step 10 of epoch 2" if kill == "fault"
            else "rank 1 killed from outside 0.5 s after epoch 1's checkpoint")
-    lines = [f"Survival: {how} (SIGKILL), one uninterrupted run per launcher for comparison.", "",
-             "| launcher | trials | completed | resumed after epoch | finished epochs redone | restarts (how) "
-             "| bit-identical | s from kill to resumed step, median (range) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = []
     for name in names:
         rows = [t for t in trials if t.arm == name]
         done = [t for t in rows if t.completed]
@@ -243,12 +241,14 @@ def survival_table(trials: list[Trial], names: list[str], kill: str) -> str:
         redone = sum(max(0, (t.finished_before_kill or 0) - (t.resumed_from_epoch or 0)) for t in done)
         recover = [t.recovery_s for t in done if t.recovery_s is not None]
         spread = (f"{statistics.median(recover):.1f} ({min(recover):.1f}–{max(recover):.1f})" if recover else "–")
-        how = "reruns" if ARMS[name].launcher in RERUN else "automatic"
-        restarts = sorted({t.starts - 1 if how == "reruns" else t.restarts for t in done} - {None})
-        lines.append(f"| {name} | {len(rows)} | {len(done)}/{len(rows)} | {', '.join(map(str, resumed)) or '–'} "
-                     f"| {redone} | {', '.join(map(str, restarts)) or '–'} ({how}) "
-                     f"| {sum(t.identical for t in done)}/{len(rows)} | {spread} |")
-    return "\n".join(lines)
+        way = "reruns" if ARMS[name].launcher in RERUN else "automatic"
+        restarts = sorted({t.starts - 1 if way == "reruns" else t.restarts for t in done} - {None})
+        lines.append([name, len(rows), f"{len(done)}/{len(rows)}", ", ".join(map(str, resumed)) or "–", redone,
+                      f"{', '.join(map(str, restarts)) or '–'} ({way})",
+                      f"{sum(t.identical for t in done)}/{len(rows)}", spread])
+    return (f"Survival: {how} (SIGKILL), one uninterrupted run per launcher for comparison.\n\n" + text.md_table(
+        ["launcher", "trials", "completed", "resumed after epoch", "finished epochs redone", "restarts (how)",
+         "bit-identical", "s from kill to resumed step, median (range)"], lines))
 
 
 if __name__ == "__main__":

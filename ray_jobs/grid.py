@@ -15,7 +15,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from analysis import report, runs, text, tuning
+from analysis import runs, text, tuning
 from contract.comparison import LISTS as OPTIONS
 from contract.comparison import CompareConfig
 from contract.config import AMP, BACKENDS, COMPRESSIONS, ConfigError, TrainConfig
@@ -37,7 +37,9 @@ def settings(args: CompareConfig) -> list[dict[str, Any]]:
     values = {}
     for name, (read, allowed) in readers.items():
         flag = text.flag(name)
-        values[name] = _distinct(flag, [read(part) for part in getattr(args, name).split(",")])
+        values[name] = [read(part) for part in getattr(args, name).split(",")]
+        if len(set(values[name])) != len(values[name]):
+            raise ConfigError(f"{flag} lists a value twice: {', '.join(map(str, values[name]))}")
         if allowed and (wrong := [v for v in values[name] if v not in allowed]):
             raise ConfigError(f"{flag} takes values from {', '.join(allowed)}, got {wrong[0]!r}")
     return [dict(zip(OPTIONS, combination)) for combination in product(*(values[name] for name in OPTIONS))]
@@ -86,12 +88,6 @@ def _size(flag: str, text: str, what: str) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise ConfigError(f"{flag} {what.split()[0]} must be finite and >= 0, got {text.strip()!r}")
     return value
-
-
-def _distinct(flag: str, values: list) -> list:
-    if len(set(values)) != len(values):
-        raise ConfigError(f"{flag} lists a value twice: {', '.join(map(str, values))}")
-    return values
 
 
 def label(setting: dict[str, Any], varied: list[str]) -> str:
@@ -144,7 +140,6 @@ def run(base: TrainConfig, grid: list[dict[str, Any]], cmp: CompareConfig, root:
         reuse = {"reuse_references": kwargs["reuse_references"] / folder} if kwargs.get("reuse_references") else {}
         orchestrator.compare(cfg, cmp, grid_dir, run_id=folder, resume=resume and (grid_dir / folder).is_dir(),
                              **{**kwargs, **reuse})
-        report.render(grid_dir / folder)
         ran += 1
     record = {"schema_version": tuning.SCHEMA_VERSION, "grid_id": grid_dir.name, "varied": varied,
               "settings": [{"folder": f, **s} for f, s in zip(folders, grid)], "workers": list(cmp.worker_counts),
@@ -175,6 +170,5 @@ def best_against_best(record: dict[str, Any], configs: list[TrainConfig], cmp: C
             orchestrator.compare(base, cmp, grid_dir, run_id=folder, resume=(grid_dir / folder).is_dir(),
                                  per_backend={b: {k: v for k, v in s.items() if k in OPTIONS}
                                               for b, s in chosen.items()}, **{**kwargs, "reuse_references": None})
-            report.render(grid_dir / folder)
         out[model] = {"folder": folder, "native": found["native"]["folder"], "horovod": found["horovod"]["folder"]}
     return out

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from analysis import parity, speed, stats, text
+from analysis import parity, report, speed, stats, text
 from analysis.runs import COMPARISON
 from cluster import worker_output
 from cluster.ray_address import check_address
@@ -34,7 +34,6 @@ from runtime import folder_lock, gpus, logs, preflight, run_folder, space
 from workload import data, tracing
 
 log = logging.getLogger(__name__)
-DEFAULT_TOLERANCE = CompareConfig().tolerance
 DEFAULT_EPOCHS = 2
 """The steady window is the last epoch's: on Ray the first overlaps Ray Train's own actors settling after the start,
 which slowed one rank or the other by up to 15 % (docs/measuring.md)."""
@@ -84,22 +83,15 @@ def planned_arms(cmp: CompareConfig, per_backend: bool = False) -> list[Arm]:
             + ([] if cmp.no_ceiling or per_backend else arms.ceilings(backends, launchers)))
 
 
-def compare(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool = True, run_id: str = "",
-            network: dict[str, Any] | None = None, reuse_references: Path | None = None,
-            per_backend: dict[str, dict[str, Any]] | None = None, resume: bool = False) -> Path:
-    """Run everything into root/<run-id>/ (run_id: a timestamp unless given) and write comparison.json; returns that
-    folder. `network`: the simulated link the runs cross (experiments/simulated_cluster), recorded with every run.
-    `reuse_references`: a comparison of the same settings (a link sweep's first rate) whose finished single-process
-    references stand in for this one's: they never cross a link, so running them again would give the same steps.
-    `per_backend`: options each backend runs with instead of `base`'s (a grid's best of each against each other);
-    then no reference runs and parity is not judged, the backends computing differently on purpose. `resume`: go on in
-    root/run_id, keeping the runs that finished whole there (compare --resume)."""
-    planned = plan(base, cmp, root, references=references and not per_backend, run_id=run_id, network=network,
-                   reuse_references=reuse_references, per_backend=per_backend, resume=resume)
+def compare(base: TrainConfig, cmp: CompareConfig, root: Path, **asked: Any) -> Path:
+    """Run everything into root/<run-id>/, write comparison.json and render its report; returns that folder.
+    `asked`: plan()'s."""
+    planned = plan(base, cmp, root, **asked)
     started = time.monotonic()
     records = execute(planned, started)
     comparison = summarize(planned, records, results.environment(), time.monotonic() - started)
     space.write_json(planned.run_dir / COMPARISON, comparison)
+    report.render(planned.run_dir)
     return planned.run_dir
 
 
@@ -107,7 +99,13 @@ def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool 
          network: dict[str, Any] | None = None, reuse_references: Path | None = None,
          per_backend: dict[str, dict[str, Any]] | None = None, resume: bool = False) -> Plan:
     """Everything checked before anything runs, the dataset resolved and Ray joined (where an arm runs on it), the
-    folder made, and the runs listed (`runs`)."""
+    folder made (root/<run-id>, run_id: a timestamp unless given), the runs listed (`runs`) and the plan written (or,
+    resuming, the finished runs kept). `network`: the simulated link the runs cross (experiments/simulated_cluster),
+    recorded with every run. `reuse_references`: a comparison of the same settings (a link sweep's first rate) whose
+    finished single-process references stand in for this one's: they never cross a link, so running them again would
+    give the same steps. `per_backend`: options each backend runs with instead of `base`'s (a grid's best of each
+    against each other); then no reference runs and parity is not judged, the backends computing differently on
+    purpose. `resume`: go on in root/run_id, keeping the runs that finished whole there (compare --resume)."""
     backends, launchers, workers = list(cmp.backend_names), list(cmp.launcher_names), list(cmp.worker_counts)
     asked = resuming.request(base, cmp)
     if resume:
@@ -130,41 +128,30 @@ def plan(base: TrainConfig, cmp: CompareConfig, root: Path, *, references: bool 
         log.info("%s", said)
     run_dir = root / run_id if run_id else run_folder.new_folder(root)  # a new one: made now, so no other takes it
     try:
-        return _planned(base, cmp, run_dir, (on_ray, address), asked, references, network, reuse_references,
-                        per_backend, resume, run_id)
+        if on_ray:
+            connect(run_dir / worker_output.LOG, address)  # one Ray for every run; its log opens with the first run
+            require(max(workers), base.use_gpu)
+            if "horovod" in backends:  # SPREAD's refusal before the first run
+                for count in workers:
+                    executor_hosts(count, base.use_gpu, base.placement_strategy)
+        planned = Plan(base, cmp, run_dir, [], [], network, finished_references(reuse_references) if reuse_references
+                       else {}, reuse_references, per_backend)
+        planned.runs, planned.not_applicable = runs(workers, planned.arms, cmp.repeats,
+                                                    compressed=base.compression != "none")
+        if not references or per_backend:
+            planned.runs = [run for run in planned.runs if run[1].launcher != "local"]
+        if resume:
+            folder_lock.hold(run_dir, "--resume")
+            planned.finished = resuming.finished(run_dir, rebuilder(planned))
+        else:
+            run_dir.mkdir(parents=True, exist_ok=not run_id)
+            folder_lock.hold(run_dir, "--output-dir")
+            resuming.write_plan(run_dir, asked)
+        return planned
     except BaseException:
         if not run_id and not any(run_dir.iterdir()):
             run_dir.rmdir()  # refused after the folder was made: nothing is left behind
         raise
-
-
-def _planned(base: TrainConfig, cmp: CompareConfig, run_dir: Path, ray: tuple[bool, str | None],
-             asked: dict[str, Any], references: bool, network: dict[str, Any] | None, reuse_references: Path | None,
-             per_backend: dict[str, dict[str, Any]] | None, resume: bool, run_id: str) -> Plan:
-    """plan()'s part once the folder is known: Ray joined where an arm runs on it (`ray`: whether one does, and the
-    address check_address() decided), the runs listed, the plan written (or, resuming, the finished runs kept)."""
-    backends, workers = list(cmp.backend_names), list(cmp.worker_counts)
-    on_ray, address = ray
-    if on_ray:
-        connect(run_dir / worker_output.LOG, address)  # one Ray for every run; its log opens with the first run
-        require(max(workers), base.use_gpu)
-        if "horovod" in backends and "ray" in cmp.launcher_names:  # SPREAD's refusal before the first run
-            for count in workers:
-                executor_hosts(count, base.use_gpu, base.placement_strategy)
-    planned = Plan(base, cmp, run_dir, [], [], network, finished_references(reuse_references) if reuse_references
-                   else {}, reuse_references, per_backend)
-    planned.runs, planned.not_applicable = runs(workers, planned.arms, cmp.repeats,
-                                                compressed=base.compression != "none")
-    if not references:
-        planned.runs = [run for run in planned.runs if run[1].launcher != "local"]
-    if resume:
-        folder_lock.hold(run_dir, "--resume")
-        planned.finished = resuming.finished(run_dir, rebuilder(planned))
-    else:
-        run_dir.mkdir(parents=True, exist_ok=not run_id)
-        folder_lock.hold(run_dir, "--output-dir")
-        resuming.write_plan(run_dir, asked)
-    return planned
 
 
 def runs(workers: list[int], compared: list[Arm], repeats: int,
@@ -212,7 +199,7 @@ def rounds(compared: list[Arm], n: int, which: range) -> list[tuple[int, Arm, in
 def execute(planned: Plan, started: float) -> list[dict[str, Any]]:
     """Every planned run, then the rounds --target-ci's second stage adds; each run's record, finished or failed."""
     records: list[dict[str, Any]] = []
-    spent: dict[tuple[str, int], list[float]] = {}  # each distributed run's seconds by (arm, workers): a round's price
+    spent: dict[tuple[str, int], list[float]] = {}  # each run's seconds by (arm, workers): a round's price
     cmp = planned.cmp
     # --budget-min bounds the whole comparison: a pilot that outruns it stops at the end of a round.
     planned.pilot_cut = _run_all(planned, planned.runs, records, spent,
@@ -251,7 +238,8 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
     starts that would end past `deadline`, priced from its arms' runs so far (or, before every arm of it ran, at the
     rounds' mean length): then the rounds that ran at that worker count, which the cut leaves whole."""
     rounds = max((r for r, _, _ in todo), default=0) + 1
-    shown = progress.Progress([(r, arm.label, n, arm.launcher == "local") for r, arm, n in todo], rounds, deadline)
+    shown = progress.Progress([(r, arm.label, n, arm.launcher == "local") for r, arm, n in todo], rounds, deadline,
+                              took=spent)
     # Each round's seconds where it ran something (a resume's kept runs take none), when the current one began, and
     # whether it ran anything: a round is a (round, workers) pair in the list's order.
     took, round_began, ran = [], time.monotonic(), False
@@ -264,7 +252,6 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
             ahead = ahead if ahead is not None else sum(took) / len(took) if took else None
             if deadline is not None and round_ > 0 and ahead is not None and round_began + ahead > deadline:
                 return {"workers": n, "rounds": round_, "round_s": ahead, "left_s": max(0.0, deadline - round_began)}
-        began = time.monotonic()
         shown.start()
         if (reused := planned.reused.get((arm.label, n))) is not None:
             records.append(reuse(reused, planned.reuse_from, planned.run_dir, f"[{i}/{len(todo)}]"))
@@ -289,8 +276,6 @@ def _run_all(planned: Plan, todo: list[tuple[int, Arm, int]], records: list[dict
             raise KeyboardInterrupt(f"{len(records)} run(s) of this comparison had finished"
                                     f"{f' ({failed} of them failed)' if failed else ''}, the next had not; their "
                                     f"folders stay in {planned.run_dir}") from None
-        if arm.launcher != "local":
-            spent.setdefault((arm.label, n), []).append(time.monotonic() - began)
     return None
 
 
@@ -321,22 +306,18 @@ def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[st
         key = str(n)
         if not planned.per_backend:
             out["parity"][key] = parity_at(records, n, cmp.parity_steps, cmp.tolerance, compared)
-        one_round = cut_advice(planned)
-        if both and (answer := speed.speed(records, n, launchers, pilot, one_round)):
-            out["speed"][key] = {**answer, **({"two_stage": planned.stages[key]} if key in planned.stages else {})}
-        if both and (whole := speed.end_to_end(records, n, launchers, pilot, one_round)):
-            out["end_to_end"][key] = whole
-        if both and (cost := speed.cpu_cost(records, n, launchers, pilot)):
-            out["cpu_cost"][key] = cost
-        if found := speed.efficiency(records, n, compared, pilot):
-            out["efficiency"][key] = found
-        if parts := speed.spread(records, n, [arm.label for arm in planned.arms]):
-            out["spread"][key] = parts
-        if overhead := speed.launcher_overhead(records, n, pilot):
-            out["launcher_overhead"][key] = overhead
+        found = {"efficiency": speed.efficiency(records, n, compared, pilot),
+                 "spread": speed.spread(records, n, [arm.label for arm in planned.arms]),
+                 "launcher_overhead": speed.launcher_overhead(records, n, pilot)}
+        for name, metric in (("speed", speed.METRIC), ("end_to_end", speed.END_TO_END), ("cpu_cost", speed.CPU_METRIC)):
+            found[name] = both and speed.speed(records, n, launchers, pilot, cut_advice(planned), metric)
         for name, metric in (("noise_floor", speed.METRIC), ("noise_floor_cpu", speed.CPU_METRIC)):
-            if cmp.aa and (floor := speed.noise_floor(records, n, compared, pilot, metric)):
-                out[name][key] = floor
+            found[name] = cmp.aa and speed.noise_floor(records, n, compared, pilot, metric)
+        if found["speed"] and key in planned.stages:
+            found["speed"]["two_stage"] = planned.stages[key]
+        for name, value in found.items():
+            if value:
+                out[name][key] = value
     return {"schema_version": 2, "run_id": planned.run_dir.name, "settings": settings(planned),
             "environment": environment, "wall_time_s": wall_time_s, "runs": records,
             "not_applicable": planned.not_applicable, **out, "model": model_record(base, records)}
@@ -497,7 +478,7 @@ def second_stage(records: list[dict[str, Any]], n: int, launchers: list[str], pi
     """How many rounds to add at `n` workers after the pilot: what Stein's procedure asks for a half-width of
     `target`, at most what `left_s` seconds buy at the pilot's `round_s` a round."""
     a, b = speed.compared_arms(launchers)
-    native, horovod = speed.paired(records, n, a, b, speed.METRIC)
+    _, native, horovod = speed.paired(records, n, a, b, speed.METRIC)
     stage = {"target": target, "pilot": pilot, "pilot_pairs": len(native), "needed": None, "extra": 0,
              "budget_limited": False}
     if len(native) < 2:

@@ -12,11 +12,13 @@ from analysis import text
 class Progress:
     """The runs of one list, in order: `done` after each."""
 
-    def __init__(self, todo: list[tuple[int, str, int, bool]], rounds: int, deadline: float | None = None) -> None:
+    def __init__(self, todo: list[tuple[int, str, int, bool]], rounds: int, deadline: float | None = None,
+                 took: dict[tuple[str, int], list[float]] | None = None) -> None:
         """`todo`: (round, arm, workers, whether it is a single-process reference), in order; `deadline`
-        (time.monotonic()): where --budget-min stops starting rounds, which the time left never passes."""
+        (time.monotonic()): where --budget-min stops starting rounds, which the time left never passes; `took`: each
+        run's seconds by (arm, workers), which `done` adds to (the orchestrator prices rounds from them)."""
         self.todo, self.rounds, self.deadline = todo, rounds, deadline
-        self.took: dict[tuple[str, int], list[float]] = {}
+        self.took = {} if took is None else took
         self.began = time.monotonic()
         self.round: list[str] = []
 

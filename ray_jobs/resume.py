@@ -79,8 +79,7 @@ def _differences(saved: dict[str, Any], asked: dict[str, Any]) -> list[str]:
     out = []
     for key in sorted(set(saved) | set(asked)):
         if key == "config":
-            config = {**saved.get("config", {}), **{k: v for k, v in asked["config"].items()
-                                                    if k not in saved.get("config", {})}}
+            config = {**asked["config"], **saved.get("config", {})}  # a field younger than the plan: as asked
             out += [f"--{k.replace('_', '-')} {config[k]} -> {asked['config'][k]}" for k in sorted(asked["config"])
                     if config.get(k) != asked["config"][k]]
         elif key == SETTINGS:

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from analysis import report, runs, tuning
+from analysis import runs, tuning
 from contract import config, options, results
 from contract.comparison import CompareConfig
 from contract.options import fusion_bytes
@@ -37,7 +37,6 @@ def run_compare(cfg, root, launchers, **kwargs):
     kwargs.setdefault("no_ceiling", True)
     run_dir = orchestrator.compare(cfg, CompareConfig(parity_steps=20, target_accuracy=0.9,
                                                       launchers=",".join(launchers), **kwargs), root)
-    report.render(run_dir)
     return runs.load(run_dir), run_dir
 
 

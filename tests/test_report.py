@@ -90,7 +90,8 @@ def comparison(repeats: int = 3, steady: dict | None = None) -> dict:
                             "max_abs_step_loss_difference": {"native vs horovod": 0.0},
                             "informational": {"reference vs global-batch": 0.012}} for n in (1, 2)},
         "speed": {str(n): answer for n in (1, 2) if (answer := speed.speed(runs, n, launchers))},
-        "end_to_end": {str(n): answer for n in (1, 2) if (answer := speed.end_to_end(runs, n, launchers))},
+        "end_to_end": {str(n): answer for n in (1, 2)
+                       if (answer := speed.speed(runs, n, launchers, key=speed.END_TO_END))},
         "launcher_overhead": {str(n): speed.launcher_overhead(runs, n) for n in (1, 2)},
     }
 
