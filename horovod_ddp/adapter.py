@@ -27,7 +27,7 @@ from workload.distributed import DistContext, device_sync, timed_alone
 from workload.run import build_model, on_main, resume_state, train_and_report
 from workload.schedule import ScheduleRecorder
 from workload.tracing import Tracer
-from workload.trainer import NoAveraging, Trainer, amp_scaler, build_optimizer, shard_loader
+from workload.trainer import GradientSync, NoAveraging, Trainer, amp_scaler, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def import_horovod():
     return hvd
 
 
-class HorovodGradientSync:
+class HorovodGradientSync(GradientSync):
     """Horovod starts an allreduce per gradient from backward hooks; synchronize() waits for them all."""
 
     def __init__(self, optimizer, model: torch.nn.Module, compressor, ctx: DistContext) -> None:
@@ -53,9 +53,6 @@ class HorovodGradientSync:
     def no_sync(self) -> contextlib.AbstractContextManager:
         # Horovod: backward_passes_per_step already holds the allreduce back until the last micro-batch.
         return contextlib.nullcontext()
-
-    def group_done(self) -> None:
-        pass
 
     def wait(self, backward_end: float) -> float:
         start = time.perf_counter()  # backward's end: on a GPU, Trainer._now synchronised the device for it
