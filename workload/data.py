@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 from contract import models
 from contract.config import TrainConfig
 from contract.errors import DataError
-from runtime import files
-from runtime import preflight
+from runtime import files, preflight
 from runtime.preflight import DataPlan
 
 if TYPE_CHECKING:  # torch is imported when data is loaded: resolve() and the CLIs that call it stay light
@@ -76,8 +75,7 @@ def choose(cfg: TrainConfig) -> DataPlan:
     if cfg.dataset in ("auto", "mnist"):
         problem = _ensure_mnist(Path(cfg.data_dir))
         if problem is None:
-            mnist = replace(cfg, dataset="mnist")
-            return DataPlan("mnist", mnist_root(mnist), train_count(mnist), make=False)
+            return DataPlan("mnist", Path(cfg.data_dir), train_count(replace(cfg, dataset="mnist")), make=False)
         if cfg.dataset == "mnist":
             raise DataError(
                 f"MNIST is not in {Path(cfg.data_dir) / 'MNIST' / 'raw'} and could not be downloaded ({problem}); "

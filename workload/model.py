@@ -87,12 +87,6 @@ DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropou
 """Layers that draw a random mask in training: each process draws its own (describe's `dropout`)."""
 
 
-def size(width: int) -> dict[str, int]:
-    """Trainable parameters, and the float32 bytes of gradient one allreduce averages per step."""
-    return {"width": width, "parameters": models.parameters("convnet", width=width),
-            "gradient_bytes": models.gradient_bytes("convnet", width=width)}
-
-
 def ddp_buckets(width: int | str, bucket_mb: float = 0.0) -> tuple[tuple[int, ...], int]:
     """The bytes in each of DDP's buckets of the ConvNet at `width` (or of a registry model by name), cut as DDP cuts
     them after its first step (in backward's order; with the default cap the first bucket holds 1 MiB), and the
