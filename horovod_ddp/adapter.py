@@ -7,7 +7,6 @@ stalls mid-run ends it after --stall-timeout-s (default 300 s, see workload/watc
 check still logs its warning after HOROVOD_STALL_CHECK_TIME_SECONDS (set to 30 s here unless given).
 """
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -45,14 +44,11 @@ def import_horovod():
 
 
 class HorovodGradientSync(GradientSync):
-    """Horovod starts an allreduce per gradient from backward hooks; synchronize() waits for them all."""
+    """Horovod starts an allreduce per gradient from backward hooks; synchronize() waits for them all. No no_sync of
+    its own: backward_passes_per_step already holds the allreduce back until the last micro-batch."""
 
     def __init__(self, optimizer, model: torch.nn.Module, compressor, ctx: DistContext) -> None:
         self.optimizer, self.model, self.compressor, self.ctx = optimizer, model, compressor, ctx
-
-    def no_sync(self) -> contextlib.AbstractContextManager:
-        # Horovod: backward_passes_per_step already holds the allreduce back until the last micro-batch.
-        return contextlib.nullcontext()
 
     def wait(self, backward_end: float) -> float:
         start = time.perf_counter()  # backward's end: on a GPU, Trainer._now synchronised the device for it

@@ -139,14 +139,13 @@ def _check_images(cfg: TrainConfig, root: Path) -> None:
     from workload import images
 
     for split, count in (("train", cfg.synthetic_train_size), ("test", cfg.synthetic_test_size)):
+        why = ""
         try:
             pixels, labels = images.read(root, split)
             whole = (pixels.shape == (count, 3, cfg.image_size, cfg.image_size) and pixels.dtype == np.uint8
                      and labels.shape == (count,) and 0 <= int(labels.min()) and int(labels.max()) < cfg.num_classes)
         except (OSError, ValueError) as error:
             whole, why = False, f" ({' '.join(str(error).split())[:100]})"
-        else:
-            why = ""
         if not whole:
             raise DataError(f"{root}: its {split} files are not the images this setting makes{why}; delete {root} "
                             "and they are made again")

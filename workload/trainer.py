@@ -142,8 +142,11 @@ class Trainer:
                      "time) and %d are timed", steps, self.warmup, self.cfg.warmup_steps, steps - self.warmup)
         self.tools.timed_after(self.warmup)
         for epoch in range(history.last_epoch + 1, self.cfg.epochs + 1):
-            history.epochs.append(self.train_epoch(epoch, steps, history))
-            self._log_epoch(history.epochs[-1])
+            history.epochs.append(record := self.train_epoch(epoch, steps, history))
+            if self.ctx.is_main:
+                log.info("Epoch [%d/%d] done: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s",
+                         epoch, self.cfg.epochs, record["train_loss"], record["test_loss"],
+                         100 * record["test_accuracy"], record["samples_per_s"])
             start = time.perf_counter()
             on_epoch_end(epoch, history)
             self.checkpoint_time_s += time.perf_counter() - start
@@ -286,12 +289,6 @@ class Trainer:
         self._check([mean_loss], epoch, step)
         if self.ctx.is_main:
             log.info("Epoch [%d/%d], Step [%d/%d], Loss: %.4f", epoch, self.cfg.epochs, step, steps, mean_loss)
-
-    def _log_epoch(self, record: dict[str, Any]) -> None:
-        if self.ctx.is_main:
-            log.info("Epoch [%d/%d] done: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s",
-                     record["epoch"], self.cfg.epochs, record["train_loss"], record["test_loss"],
-                     100 * record["test_accuracy"], record["samples_per_s"])
 
     def _check(self, losses: list[float], epoch: int, step: int) -> None:
         if why := diverged(losses):
