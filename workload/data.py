@@ -204,10 +204,8 @@ def write_synthetic(cfg: TrainConfig) -> Path:
     with _made_whole(root) as scratch:
         (scratch / "MNIST" / "raw").mkdir(parents=True)
         for split, seed_offset, count in (("train", 0, cfg.synthetic_train_size), ("test", 1, cfg.synthetic_test_size)):
-            images, labels = synthetic.generate(count, seed=cfg.seed * 2 + seed_offset)
-            images_name, labels_name = SPLIT_FILES[split]
-            synthetic.write_idx(scratch / "MNIST" / "raw" / images_name, images)
-            synthetic.write_idx(scratch / "MNIST" / "raw" / labels_name, labels)
+            for name, array in zip(SPLIT_FILES[split], synthetic.generate(count, seed=cfg.seed * 2 + seed_offset)):
+                synthetic.write_idx(scratch / "MNIST" / "raw" / name, array)  # the images', then the labels' file
     return root
 
 
