@@ -2,9 +2,9 @@
 Its field docstrings are compare's flags (runtime/flags.py), grouped in --help as GROUPS says."""
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
-from contract.config import BACKENDS, LAUNCHERS, ConfigError
+from contract.config import BACKENDS, LAUNCHERS, ConfigError, flag
 
 MAX_TARGET_CI = 50.0
 MAX_BUDGET_MIN = 10_080.0
@@ -125,8 +125,7 @@ class CompareConfig:
                                               f"{self.launchers!r}")
         for name, bound in (("repeats", 1000), ("parity_steps", 1_000_000)):
             if not 0 < getattr(self, name) <= bound:
-                raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer up to {bound}, got "
-                                  f"{getattr(self, name)}")
+                raise ConfigError(f"{flag(name)} must be a positive integer up to {bound}, got {getattr(self, name)}")
         if not (math.isfinite(self.tolerance) and self.tolerance >= 0):
             raise ConfigError(f"--tolerance must be a finite number >= 0, got {self.tolerance}")
         if not 0 < self.target_accuracy <= 1:
@@ -146,11 +145,6 @@ class CompareConfig:
         if self.target_ci and self.repeats < 3:
             raise ConfigError(f"--target-ci needs a pilot of at least 3 rounds to measure its spread; pass --repeats 3 "
                               f"or more (got {self.repeats})")
-
-
-def flag_fields() -> list[str]:
-    """The fields that are flags (not the parsed ones)."""
-    return [f.name for f in fields(CompareConfig) if f.init]
 
 
 def _workers(text: str) -> tuple[int, ...]:

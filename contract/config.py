@@ -177,20 +177,20 @@ class TrainConfig:
         for f in fields(self):
             # NaN passes every comparison below (nan > 0 is False, but so is nan <= 0), and inf trains to NaN.
             if f.type in (float, "float") and not math.isfinite(getattr(self, f.name)):
-                raise ConfigError(f"{_flag(f.name)} must be a finite number, got {getattr(self, f.name)}")
+                raise ConfigError(f"{flag(f.name)} must be a finite number, got {getattr(self, f.name)}")
         for name in ("epochs", "batch_size", "workers", "synthetic_train_size", "synthetic_test_size",
                      "grad_accumulation", "threads_per_worker", "log_every", "model_width", "image_size",
                      "num_classes"):
             if getattr(self, name) <= 0:
-                raise ConfigError(f"{_flag(name)} must be a positive integer, got {getattr(self, name)}")
+                raise ConfigError(f"{flag(name)} must be a positive integer, got {getattr(self, name)}")
         for name in ("warmup_steps", "max_steps_per_epoch", "stall_timeout_s", "bucket_mb", "cycle_time_ms"):
             if getattr(self, name) < 0:
-                raise ConfigError(f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
+                raise ConfigError(f"{flag(name)} must be >= 0, got {getattr(self, name)}")
         for name, bound in UPPER_BOUNDS.items():
             if getattr(self, name) > bound:
-                raise ConfigError(f"{_flag(name)} must be at most {bound:g}, got {getattr(self, name):g}")
+                raise ConfigError(f"{flag(name)} must be at most {bound:g}, got {getattr(self, name):g}")
         for name in ("output_dir", "data_dir"):
-            require_path(getattr(self, name), _flag(name))
+            require_path(getattr(self, name), flag(name))
         if not self.lr > 0:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
         if self.lr > FLOAT32_MAX:
@@ -203,17 +203,12 @@ class TrainConfig:
             raise ConfigError(f"--model-width must be at most {MAX_MODEL_WIDTH}, got {self.model_width}")
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
-        if self.dataset not in DATASETS:
-            raise ConfigError(f"--dataset must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
-        if self.compression not in COMPRESSIONS:
-            raise ConfigError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}")
-        if self.cpu_affinity not in AFFINITIES:
-            raise ConfigError(f"--cpu-affinity must be one of {', '.join(AFFINITIES)}, got {self.cpu_affinity!r}")
-        if self.placement_strategy not in PLACEMENTS:
-            raise ConfigError(f"--placement-strategy must be one of {', '.join(PLACEMENTS)} (Ray's placement "
-                              f"strategies), got {self.placement_strategy!r}")
-        if self.amp not in AMP:
-            raise ConfigError(f"--amp must be one of {', '.join(AMP)}, got {self.amp!r}")
+        for name, choices in (("dataset", DATASETS), ("compression", COMPRESSIONS), ("cpu_affinity", AFFINITIES),
+                              ("placement_strategy", PLACEMENTS), ("amp", AMP)):
+            if getattr(self, name) not in choices:
+                what = " (Ray's placement strategies)" if choices is PLACEMENTS else ""
+                raise ConfigError(f"{flag(name)} must be one of {', '.join(choices)}{what}, got "
+                                  f"{getattr(self, name)!r}")
         if self.amp == "fp16" and not self.use_gpu:
             # fp16 autocast on CPU is barely supported, and its GradScaler exists to protect GPU fp16 kernels.
             raise ConfigError("--amp fp16 needs a GPU (--use-gpu) and a GradScaler; on CPU use --amp bf16")
@@ -221,8 +216,8 @@ class TrainConfig:
             raise ConfigError(
                 f"--batch-size {self.batch_size} must be divisible by --grad-accumulation {self.grad_accumulation}"
             )
-        if self.no_averaging and (averaging := [n for n in AVERAGING_ONLY if getattr(self, n) != _DEFAULTS[n]]):
-            raise ConfigError(f"--no-averaging averages nothing, so {_flag(averaging[0])} has nothing to act on; "
+        if self.no_averaging and (averaging := [n for n in AVERAGING_ONLY if getattr(self, n) != DEFAULTS[n]]):
+            raise ConfigError(f"--no-averaging averages nothing, so {flag(averaging[0])} has nothing to act on; "
                               "drop one of them")
         self._check_model()
 
@@ -278,14 +273,14 @@ class TrainConfig:
         return TrainConfig(**values)
 
 
-_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
 def warmup_for(warmup_steps: int, steps: int) -> int:
     """The warm-up of an epoch of `steps`: --warmup-steps, except that the default, where an epoch is no longer than
     it, is the epoch's first half (rounded down), so that a short epoch, as a user's `--synthetic-train-size 256` on
     2 ranks gives, still times its second half, as Horovod's and torch's benchmarks time what follows their warm-up."""
-    return steps // 2 if warmup_steps == _DEFAULTS["warmup_steps"] and steps <= warmup_steps else warmup_steps
+    return steps // 2 if warmup_steps == DEFAULTS["warmup_steps"] and steps <= warmup_steps else warmup_steps
 
 
 def require_path(path: str, flag: str) -> None:
@@ -294,7 +289,7 @@ def require_path(path: str, flag: str) -> None:
         raise ConfigError(f"{flag} is empty; name a folder (an empty path would write into the working directory)")
 
 
-def _flag(name: str) -> str:
+def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
@@ -314,5 +309,5 @@ def resume_conflicts(saved: dict[str, Any], cfg: TrainConfig) -> list[str]:
         if f.name == "dataset" and "auto" in (now, then):
             continue  # auto is resolved to mnist or synthetic; the resolved names are compared once known
         if now != then:
-            conflicts.append(f"{_flag(f.name)} {then} -> {now}")
+            conflicts.append(f"{flag(f.name)} {then} -> {now}")
     return conflicts

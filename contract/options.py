@@ -5,10 +5,10 @@ One flag sets both frameworks alike (`--compression`, `--grad-accumulation`, `--
 only one framework has are refused by the other's entry points and recorded as not applicable by `compare`.
 """
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
-from contract.config import AVERAGING_ONLY, BACKENDS, ConfigError, TrainConfig
+from contract.config import AVERAGING_ONLY, BACKENDS, DEFAULTS, ConfigError, TrainConfig, flag
 
 DDP_ONLY = ("gradient_as_bucket_view", "static_graph")
 HOROVOD_ONLY = ("cycle_time_ms", "autotune", "fused_buffers")
@@ -46,9 +46,7 @@ REFERENCE_ROUNDING = {"reference": "native", "reference-horovod": "horovod", "re
 
 
 def _framework(backend: str) -> str:
-    if backend in BACKENDS:
-        return backend
-    return "reference"
+    return backend if backend in BACKENDS else "reference"
 
 
 def applies(name: str, backend: str) -> bool:
@@ -59,30 +57,19 @@ def applies(name: str, backend: str) -> bool:
     return not (name in DDP_ONLY and framework == "horovod" or name in HOROVOD_ONLY and framework == "native")
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _changed(cfg: TrainConfig) -> list[str]:
-    defaults = TrainConfig()
-    return [name for name in SHOWN if getattr(cfg, name) != getattr(defaults, name)]
-
-
 def check(cfg: TrainConfig, backend: str, backend_flag: str = "--backend") -> None:
     """Refuse, in one line, an option that means nothing to `backend`, rather than ignore it silently."""
-    for name in _changed(cfg):
+    for name in [name for name in SHOWN if getattr(cfg, name) != DEFAULTS[name]]:
         if name in DDP_ONLY and backend == "horovod":
-            raise ConfigError(f"{_flag(name)} is a DDP option, not applicable to Horovod; use {backend_flag} native")
+            raise ConfigError(f"{flag(name)} is a DDP option, not applicable to Horovod; use {backend_flag} native")
         if name in HOROVOD_ONLY and backend == "native":
-            raise ConfigError(f"{_flag(name)} is a Horovod option, not applicable to DDP; use {backend_flag} horovod")
+            raise ConfigError(f"{flag(name)} is a Horovod option, not applicable to DDP; use {backend_flag} horovod")
 
 
 def for_backend(cfg: TrainConfig, backend: str) -> TrainConfig:
     """`cfg` with the options that do not apply to `backend` at their defaults: `compare` passes each backend its own
     share of the user's options and records the rest as not applicable."""
-    defaults = TrainConfig()
-    return replace(cfg, **{f.name: getattr(defaults, f.name) for f in fields(cfg)
-                           if f.name in SHOWN and not applies(f.name, backend)})
+    return replace(cfg, **{name: DEFAULTS[name] for name in SHOWN if not applies(name, backend)})
 
 
 def effective(cfg: TrainConfig, backend: str) -> dict[str, Any]:
@@ -147,5 +134,4 @@ def horovod_env(cfg: TrainConfig, output_dir: str) -> dict[str, str]:
 def ceiling(cfg: TrainConfig) -> TrainConfig:
     """`cfg` for the ceiling arm: the same model, batch, threads and shards, nothing averaged, and so none of the
     options that shape averaging."""
-    defaults = TrainConfig()
-    return replace(cfg, no_averaging=True, **{name: getattr(defaults, name) for name in AVERAGING_ONLY})
+    return replace(cfg, no_averaging=True, **{name: DEFAULTS[name] for name in AVERAGING_ONLY})

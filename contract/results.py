@@ -113,11 +113,9 @@ def validate(doc: dict[str, Any]) -> None:
         if not isinstance(doc.get(key), kind):
             raise ValueError(f"results: {key!r} missing or not {kind.__name__}")
     for record in doc["epochs"]:
-        missing = [k for k in EPOCH_KEYS if k not in record]
-        if missing:
+        if missing := [k for k in EPOCH_KEYS if k not in record]:
             raise ValueError(f"results: epoch record lacks {missing}")
-    missing = [k for k in FINAL_KEYS if k not in doc["final"]]
-    if missing:
+    if missing := [k for k in FINAL_KEYS if k not in doc["final"]]:
         raise ValueError(f"results: final lacks {missing}")
     if len(doc["step_losses"]) != sum(e["steps"] for e in doc["epochs"]):
         raise ValueError("results: step_losses does not hold one loss per step")

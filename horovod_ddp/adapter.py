@@ -7,7 +7,6 @@ stalls mid-run ends it after --stall-timeout-s (default 300 s, see workload/watc
 check still logs its warning after HOROVOD_STALL_CHECK_TIME_SECONDS (set to 30 s here unless given).
 """
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -27,7 +26,7 @@ from workload.distributed import DistContext, device_sync, timed_alone
 from workload.run import build_model, on_main, resume_state, train_and_report
 from workload.schedule import ScheduleRecorder
 from workload.tracing import Tracer
-from workload.trainer import NoAveraging, Trainer, amp_scaler, build_optimizer, shard_loader
+from workload.trainer import GradientSync, NoAveraging, Trainer, amp_scaler, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -44,18 +43,12 @@ def import_horovod():
     return hvd
 
 
-class HorovodGradientSync:
-    """Horovod starts an allreduce per gradient from backward hooks; synchronize() waits for them all."""
+class HorovodGradientSync(GradientSync):
+    """Horovod starts an allreduce per gradient from backward hooks; synchronize() waits for them all. No no_sync of
+    its own: backward_passes_per_step already holds the allreduce back until the last micro-batch."""
 
     def __init__(self, optimizer, model: torch.nn.Module, compressor, ctx: DistContext) -> None:
         self.optimizer, self.model, self.compressor, self.ctx = optimizer, model, compressor, ctx
-
-    def no_sync(self) -> contextlib.AbstractContextManager:
-        # Horovod: backward_passes_per_step already holds the allreduce back until the last micro-batch.
-        return contextlib.nullcontext()
-
-    def group_done(self) -> None:
-        pass
 
     def wait(self, backward_end: float) -> float:
         start = time.perf_counter()  # backward's end: on a GPU, Trainer._now synchronised the device for it

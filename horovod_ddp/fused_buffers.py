@@ -133,19 +133,19 @@ def fused_buffers(events: list[dict[str, Any]], index: dict[str, int]) -> list[d
             continue
         if current is not None and tensor in current["tensors"]:
             current = None  # the response's first activity: its begins are over
+        if e["ph"] == "B":
+            activity[tensor] = e.get("name", "")
+            if tensor in open_run:
+                depth[tensor] += 1
+            continue
+        ended = activity.pop(tensor, "")
         if tensor not in open_run:
-            if e["ph"] == "B":
-                activity[tensor] = e.get("name", "")
-            elif activity.pop(tensor, "").startswith("NEGOTIATE"):
+            if ended.startswith("NEGOTIATE"):
                 negotiated[tensor] = e["ts"]
             continue
         found = open_run[tensor]
-        if e["ph"] == "B":
-            depth[tensor] += 1
-            activity[tensor] = e.get("name", "")
-            continue
         depth[tensor] -= 1
-        if activity.pop(tensor, "") in WAITS:
+        if ended in WAITS:
             found["launched_us"] = max(found["launched_us"] or 0, e["ts"])
         if depth[tensor] == 0:
             open_run.pop(tensor)

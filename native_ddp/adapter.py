@@ -4,7 +4,6 @@ worker entry points (native_ddp/worker.py) run it under Ray Train and torchrun."
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,7 +18,7 @@ from workload.distributed import DistContext, device_sync, timed_alone
 from workload.run import build_model, train_and_report
 from workload.schedule import ScheduleRecorder
 from workload.tracing import Tracer
-from workload.trainer import NoAveraging, Trainer, amp_scaler, build_optimizer, shard_loader
+from workload.trainer import GradientSync, NoAveraging, Trainer, amp_scaler, build_optimizer, shard_loader
 from workload.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -28,7 +27,7 @@ GLOO_LOST_PEER = ("gloo/transport", "Application timeout caused pair closure")
 """What gloo's errors say when a peer went away or stopped answering until the group's timeout."""
 
 
-class DDPGradientSync:
+class DDPGradientSync(GradientSync):
     """DDP averages gradients inside backward(), bucket by bucket, overlapping with the rest of backward.
 
     A comm hook (the stock one for --compression, only timed) notes when the last bucket was handed to the
@@ -50,9 +49,6 @@ class DDPGradientSync:
     def no_sync(self) -> contextlib.AbstractContextManager:
         return self.model.no_sync()  # DDP: accumulate locally, allreduce at the next backward outside no_sync
 
-    def group_done(self) -> None:
-        pass
-
     def wait(self, backward_end: float) -> float:
         if self.last_bucket_ready is not None:  # a GPU: backward_end came after synchronising the device
             done = torch.cuda.Event(enable_timing=True)
@@ -71,9 +67,6 @@ class DDPGradientSync:
                 work.wait()
 
         return timed_alone(dist.barrier, average_once, self.ctx.average, device_sync(self.ctx.device))
-
-    def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
-        apply(self.optimizer)
 
 
 def _timed_hook(state: DDPGradientSync, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -47,7 +47,6 @@ def _group_from_environment(cfg: TrainConfig) -> DistContext:
                        all_reduce=torch_all_reduce(device))
 
 
-
 # DDP: Ray Train forms and ends the group around train_func; under torchrun and mp.spawn the rank does both.
 RAY_TRAIN = Framework(init=_ray_train_context, lost_peer=lost_peer, shutdown=lambda: None)
 LAUNCHED = Framework(init=_group_from_environment, lost_peer=lost_peer, shutdown=dist.destroy_process_group)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from contract import models
 from contract.config import ConfigError
 from experiments.simulated_cluster import link_sweep, netsim, regime, sim_cluster
 from ray_jobs import orchestrator
 from tests.helpers import REPO, assert_one_line_error, data_flags, run_module
-from workload import model
 
 RATES = "20mbit,unshaped"
 WIDTH = 2
@@ -72,12 +72,12 @@ def test_without_tc_it_refuses_naming_the_package(monkeypatch):
 
 
 def test_model_width_multiplies_channels_and_the_gradient_grows_towards_width_squared():
-    one, two, four = (model.size(w) for w in (1, 2, 4))
-    assert one["parameters"] == 29_034  # exactly the tutorial network
-    assert one["gradient_bytes"] == 4 * one["parameters"]
+    one, two, four = (models.parameters("convnet", width=w) for w in (1, 2, 4))
+    assert one == 29_034  # exactly the tutorial network
+    assert models.gradient_bytes("convnet", width=1) == 4 * one
     # conv2 grows as width², conv1, BatchNorm and the classifier as width: 2.9x at width 2, 9.3x at width 4.
-    assert 2.5 < two["parameters"] / one["parameters"] < 4
-    assert 8 < four["parameters"] / one["parameters"] < 16
+    assert 2.5 < two / one < 4
+    assert 8 < four / one < 16
 
 
 @pytest.mark.cluster
@@ -225,7 +225,7 @@ def test_the_gradients_cross_the_shaped_veth(sweep):
     for record in network["rates"]:
         # The kernel's counters on node 0's end of the link, before and after the rate's comparison.
         assert record["node0_link_bytes"]["tx_bytes"] > 1e6 and record["node0_link_bytes"]["rx_bytes"] > 1e6
-    gradient = model.size(WIDTH)["gradient_bytes"]  # 2.9x width 1's: see ConvNet
+    gradient = models.gradient_bytes("convnet", width=WIDTH)  # 2.9x width 1's: see ConvNet
     for rate in RATES.split(","):
         for backend in ("native", "horovod"):
             epoch = _runs(sweep_dir, rate)[backend]["epochs"][-1]

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from contract.config import RESUMABLE_CHANGES, ConfigError, TrainConfig, resume_conflicts
+from contract.config import RESUMABLE_CHANGES, ConfigError, TrainConfig, flag, resume_conflicts
 from contract.results import History
 from runtime import preflight, space
 from workload import faults, model
@@ -83,7 +83,7 @@ def check_resume(state: dict[str, Any], cfg: TrainConfig, where: str | Path, bac
     if conflicts:
         raise ConfigError(
             f"the checkpoint in {where} was written with other settings ({'; '.join(conflicts)}); a resume carries "
-            f"on the same run and may change only {', '.join('--' + n.replace('_', '-') for n in RESUMABLE_CHANGES)}: "
+            f"on the same run and may change only {', '.join(map(flag, RESUMABLE_CHANGES))}: "
             "use the original settings, or another checkpoint folder or run name for a new run"
         )
     # As many epochs as asked for: a run killed after its last checkpoint, before its result; the result is

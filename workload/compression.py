@@ -56,19 +56,19 @@ def combine(grads: list[Tensor], compression: str, rounding: str) -> Tensor:
     n = len(grads)
     if compression == "none":
         if rounding == "native":  # allreduce_hook: divide each rank's bucket by N, then sum
-            return _sum([g / n for g in grads])
-        return _sum(grads) * _scale(n)  # Horovod Average: sum, then a float post-scale of 1/N
+            return sum_in_order([g / n for g in grads])
+        return sum_in_order(grads) * _scale(n)  # Horovod Average: sum, then a float post-scale of 1/N
     dtype = DTYPES[compression]
     if rounding == "native":  # _compress_hook: buffer.to(dtype).div_(N), allreduce sum in dtype, copy back
-        return _sum([g.to(dtype).div_(n) for g in grads]).to(grads[0].dtype)
+        return sum_in_order([g.to(dtype).div_(n) for g in grads]).to(grads[0].dtype)
     if compression == "fp16":  # Compression.fp16: cast, sum in float16, post-scale in float16, cast back
-        return (_sum([g.to(dtype) for g in grads]) * _scale(n)).to(grads[0].dtype)
+        return (sum_in_order([g.to(dtype) for g in grads]) * _scale(n)).to(grads[0].dtype)
     # BF16Compressor: bfloat16 values summed and scaled in float32, then rounded to bfloat16 again
-    summed = _sum([BF16Compressor.compress(g)[0] for g in grads]) * _scale(n)
+    summed = sum_in_order([BF16Compressor.compress(g)[0] for g in grads]) * _scale(n)
     return BF16Compressor.decompress(summed, grads[0].dtype)
 
 
-def _sum(tensors: list[Tensor]) -> Tensor:
+def sum_in_order(tensors: list[Tensor]) -> Tensor:
     total = tensors[0].clone()
     for t in tensors[1:]:
         total += t  # rounds to the tensors' dtype after each addition, as gloo's sum does

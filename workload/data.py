@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 from contract import models
 from contract.config import TrainConfig
 from contract.errors import DataError
-from runtime import files
-from runtime import preflight
+from runtime import files, preflight
 from runtime.preflight import DataPlan
 
 if TYPE_CHECKING:  # torch is imported when data is loaded: resolve() and the CLIs that call it stay light
@@ -76,8 +75,7 @@ def choose(cfg: TrainConfig) -> DataPlan:
     if cfg.dataset in ("auto", "mnist"):
         problem = _ensure_mnist(Path(cfg.data_dir))
         if problem is None:
-            mnist = replace(cfg, dataset="mnist")
-            return DataPlan("mnist", mnist_root(mnist), train_count(mnist), make=False)
+            return DataPlan("mnist", Path(cfg.data_dir), train_count(replace(cfg, dataset="mnist")), make=False)
         if cfg.dataset == "mnist":
             raise DataError(
                 f"MNIST is not in {Path(cfg.data_dir) / 'MNIST' / 'raw'} and could not be downloaded ({problem}); "
@@ -141,14 +139,13 @@ def _check_images(cfg: TrainConfig, root: Path) -> None:
     from workload import images
 
     for split, count in (("train", cfg.synthetic_train_size), ("test", cfg.synthetic_test_size)):
+        why = ""
         try:
             pixels, labels = images.read(root, split)
             whole = (pixels.shape == (count, 3, cfg.image_size, cfg.image_size) and pixels.dtype == np.uint8
                      and labels.shape == (count,) and 0 <= int(labels.min()) and int(labels.max()) < cfg.num_classes)
         except (OSError, ValueError) as error:
             whole, why = False, f" ({' '.join(str(error).split())[:100]})"
-        else:
-            why = ""
         if not whole:
             raise DataError(f"{root}: its {split} files are not the images this setting makes{why}; delete {root} "
                             "and they are made again")
@@ -207,10 +204,8 @@ def write_synthetic(cfg: TrainConfig) -> Path:
     with _made_whole(root) as scratch:
         (scratch / "MNIST" / "raw").mkdir(parents=True)
         for split, seed_offset, count in (("train", 0, cfg.synthetic_train_size), ("test", 1, cfg.synthetic_test_size)):
-            images, labels = synthetic.generate(count, seed=cfg.seed * 2 + seed_offset)
-            images_name, labels_name = SPLIT_FILES[split]
-            synthetic.write_idx(scratch / "MNIST" / "raw" / images_name, images)
-            synthetic.write_idx(scratch / "MNIST" / "raw" / labels_name, labels)
+            for name, array in zip(SPLIT_FILES[split], synthetic.generate(count, seed=cfg.seed * 2 + seed_offset)):
+                synthetic.write_idx(scratch / "MNIST" / "raw" / name, array)  # the images', then the labels' file
     return root
 
 

@@ -85,13 +85,13 @@ def leave(error: PeerLost) -> NoReturn:
     exit_now(1)
 
 
-RESUME_HINTS = {
-    "torchrun": "rerun with the same --checkpoint-dir to resume after the last finished epoch",
-    "mp.spawn": "rerun with the same --checkpoint-dir to resume after the last finished epoch",
-    "horovodrun": "rerun with the same --checkpoint-dir to resume after the last finished epoch",
-    "ray": "ending this worker; the driver says how to resume",
-}
-NO_CHECKPOINT_HINT = "nothing was checkpointed: pass --checkpoint-dir to be able to resume"
+def resume_hint(launcher: str, checkpoint_dir: str) -> str:
+    """How a run whose rank ended goes on: a Ray worker leaves that to its driver; elsewhere, a rerun."""
+    if launcher == "ray":
+        return "ending this worker; the driver says how to resume"
+    if checkpoint_dir:
+        return "rerun with the same --checkpoint-dir to resume after the last finished epoch"
+    return "nothing was checkpointed: pass --checkpoint-dir to be able to resume"
 
 
 def peer_lost(error: BaseException, rank: int, launcher: str, checkpoint_dir: str = "", oom: str | None = None
@@ -100,7 +100,7 @@ def peer_lost(error: BaseException, rank: int, launcher: str, checkpoint_dir: st
     out-of-memory killer, runtime/memory.py), and how to go on."""
     # gloo's text starts with its source location and goes on with advice about other logs: its first sentence.
     reason = re.sub(r"^\[[^\]]*\] ", "", " ".join(str(error).split())).split(". ")[0][:160]
-    hint = RESUME_HINTS[launcher] if checkpoint_dir or launcher == "ray" else NO_CHECKPOINT_HINT
+    hint = resume_hint(launcher, checkpoint_dir)
     left = torchrun_restarts_left()
     if launcher == "torchrun" and checkpoint_dir and left > 0:
         hint = f"torchrun restarts the workers from the last checkpoint ({left} restart(s) left)"

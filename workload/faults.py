@@ -23,7 +23,7 @@ job's runtime environment (cluster/ray_cluster.py), since Ray starts them from i
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 ENV = "WORKLOAD_FAULT"
@@ -47,9 +47,7 @@ def parse(text: str) -> Fault | None:
     if not text:
         return None
     values = dict(part.split("=", 1) for part in text.split(",") if part)
-    fault = Fault(rank=int(values.get("rank", -1)), epoch=int(values.get("epoch", 0)), at=values.get("at", "step"),
-                  step=int(values.get("step", 0)), how=values.get("how", "kill"), once=values.get("once", ""),
-                  pids=values.get("pids", ""), cgroup=values.get("cgroup", ""))
+    fault = Fault(**{f.name: type(f.default)(values[f.name]) for f in fields(Fault) if f.name in values})
     if fault.at not in POINTS or fault.how not in HOWS:
         raise ValueError(f"{ENV}: at= takes {', '.join(POINTS)} and how= {', '.join(HOWS)}; got {text!r}")
     return fault

@@ -56,9 +56,8 @@ def generate(count: int, size: int, classes: int, seed: int, split: int = 0) -> 
 def write(folder: Path, train: int, test: int, size: int, classes: int, seed: int) -> None:
     """Both splits' files into `folder` (which exists and is empty)."""
     for split, index, count in (("train", 0, train), ("test", 1, test)):
-        images, labels = generate(count, size, classes, seed, index)
-        np.save(folder / FILES[split][0], images)
-        np.save(folder / FILES[split][1], labels)
+        for name, array in zip(FILES[split], generate(count, size, classes, seed, index)):  # images, then labels
+            np.save(folder / name, array)
 
 
 def read(folder: Path, split: str) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,7 @@ from contract.config import TrainConfig
 from contract.errors import PeerLost, launcher_rank
 from runtime import cli, logs, memory, signals, worker_end
 from workload import cores, faults, threads
-from workload.distributed import NO_CHECKPOINT_HINT, RESUME_HINTS, DistContext, leave, peer_lost
+from workload.distributed import DistContext, leave, peer_lost, resume_hint
 from workload.watchdog import Watchdog
 
 
@@ -90,23 +90,23 @@ def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog,
     scheduler): every rank gets it at once, none has died, and rank 0 says so, once. Where the kernel's out-of-memory
     killer ended a rank since `oom_before`, each survivor says that instead. Off the main thread too: a rank
     waiting in C++ for its group to form ran the handler only when torchrun killed it, 30 s later."""
+    hint = resume_hint(launcher, cfg.checkpoint_dir)
+
     def ended(signum: int) -> NoReturn:
         name = signal.Signals(signum).name
         if oom := memory.killed_since(oom_before):  # the launcher ends the survivors of a rank the kernel killed
-            cli.say(f"ended by {name} from {launcher} after {oom}; {_hint(launcher, cfg)}", every_rank=True,
-                    unless_said=True)
-            signals.exit_now(128 + signum)
-        with_peers = watchdog.signalled_with_peers()
-        if with_peers is None:  # no heartbeats to tell the two apart yet: neither claimed (both ranks claimed a peer)
+            cli.say(f"ended by {name} from {launcher} after {oom}; {hint}", every_rank=True, unless_said=True)
+        elif (with_peers := watchdog.signalled_with_peers()) is None:
+            # No heartbeats to tell the two apart yet: neither claimed (both ranks claimed a peer).
             cli.say(f"ended by {name} from {launcher} during the ranks' start-up, before the run finished (the "
-                    f"user's signal passed on, or a rank that failed first, whose own lines say why); "
-                    f"{_hint(launcher, cfg)}", unless_said=True)
-            signals.exit_now(128 + signum)
-        if with_peers:
+                    f"user's signal passed on, or a rank that failed first, whose own lines say why); {hint}",
+                    unless_said=True)
+        elif with_peers:
             passed_on(signum, launcher, cfg)
-        stopped = RuntimeError(f"{launcher} ended this rank with {name}")
-        cli.say(str(peer_lost(stopped, launcher_rank(), launcher, cfg.checkpoint_dir)), every_rank=True,
-                unless_said=True)
+        else:
+            stopped = RuntimeError(f"{launcher} ended this rank with {name}")
+            cli.say(str(peer_lost(stopped, launcher_rank(), launcher, cfg.checkpoint_dir)), every_rank=True,
+                    unless_said=True)
         signals.exit_now(128 + signum)
 
     return signals.ending_on((signal.SIGTERM,), ended)
@@ -115,12 +115,8 @@ def say_when_ended(launcher: str, cfg: TrainConfig, watchdog: Watchdog,
 def passed_on(signum: int, launcher: str, cfg: TrainConfig) -> NoReturn:
     """A signal the launcher passed on to every rank, which ends this one: rank 0 says so, once."""
     cli.say(f"ended by {signal.Signals(signum).name}, which {launcher} passed on to every rank, before the run "
-            f"finished; {_hint(launcher, cfg)}", unless_said=True)
+            f"finished; {resume_hint(launcher, cfg.checkpoint_dir)}", unless_said=True)
     signals.exit_now(128 + signum)
-
-
-def _hint(launcher: str, cfg: TrainConfig) -> str:
-    return RESUME_HINTS[launcher] if cfg.checkpoint_dir else NO_CHECKPOINT_HINT
 
 
 def leave_without_teardown() -> NoReturn:

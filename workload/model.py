@@ -21,23 +21,18 @@ class ConvNet(nn.Module):
     def __init__(self, num_classes: int = 10, width: int = 1) -> None:
         super().__init__()
         c1, c2 = 16 * width, 32 * width
-        self.layer1 = nn.Sequential(
-            nn.Conv2d(1, c1, kernel_size=5, stride=1, padding=2),
-            nn.BatchNorm2d(c1),
-            nn.ReLU(),
-            nn.MaxPool2d(kernel_size=2, stride=2),
-        )
-        self.layer2 = nn.Sequential(
-            nn.Conv2d(c1, c2, kernel_size=5, stride=1, padding=2),
-            nn.BatchNorm2d(c2),
-            nn.ReLU(),
-            nn.MaxPool2d(kernel_size=2, stride=2),
-        )
+        self.layer1, self.layer2 = _conv_block(1, c1), _conv_block(c1, c2)  # built in this order: the same weights
         self.fc = nn.Linear(7 * 7 * c2, num_classes)
 
     def forward(self, x: Tensor) -> Tensor:
         out = self.layer2(self.layer1(x))
         return self.fc(out.flatten(1))
+
+
+def _conv_block(inputs: int, outputs: int) -> nn.Sequential:
+    """One of the tutorial's two layers: Conv5x5 -> BatchNorm -> ReLU -> MaxPool."""
+    return nn.Sequential(nn.Conv2d(inputs, outputs, kernel_size=5, stride=1, padding=2), nn.BatchNorm2d(outputs),
+                         nn.ReLU(), nn.MaxPool2d(kernel_size=2, stride=2))
 
 
 class MLP(nn.Module):
@@ -85,12 +80,6 @@ def describe(network: nn.Module, cfg: TrainConfig) -> dict[str, object]:
 
 DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 """Layers that draw a random mask in training: each process draws its own (describe's `dropout`)."""
-
-
-def size(width: int) -> dict[str, int]:
-    """Trainable parameters, and the float32 bytes of gradient one allreduce averages per step."""
-    return {"width": width, "parameters": models.parameters("convnet", width=width),
-            "gradient_bytes": models.gradient_bytes("convnet", width=width)}
 
 
 def ddp_buckets(width: int | str, bucket_mb: float = 0.0) -> tuple[tuple[int, ...], int]:

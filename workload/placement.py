@@ -16,6 +16,7 @@ from workload import cores
 from workload.distributed import DistContext
 
 FIELD_BYTES = 96  # a Ray node id is 56 hex digits, an IPv4 address at most 15 characters
+FIELDS = ("node_id", "node_ip", "cores", "host")
 
 
 def node() -> tuple[str, str]:
@@ -33,17 +34,14 @@ def node() -> tuple[str, str]:
 
 def gather(ctx: DistContext) -> list[dict[str, object]]:
     """Every rank's node, gathered onto every rank (one collective), ordered by rank."""
-    node_id, node_ip = node()
-    row = torch.zeros(4 * FIELD_BYTES + 1, dtype=torch.int64)
-    for i, text in enumerate((node_id, node_ip, cores.current(), cores.host())):
+    row = torch.zeros(len(FIELDS) * FIELD_BYTES + 1, dtype=torch.int64)
+    for i, text in enumerate((*node(), cores.current(), cores.host())):
         raw = text.encode()[:FIELD_BYTES]
         row[i * FIELD_BYTES : i * FIELD_BYTES + len(raw)] = torch.tensor(list(raw), dtype=torch.int64)
     row[-1] = ctx.local_rank
-    table = ctx.gather_rows(row)
-    return [{"rank": rank, "local_rank": int(r[-1]), "node_id": _text(r[:FIELD_BYTES]),
-             "node_ip": _text(r[FIELD_BYTES : 2 * FIELD_BYTES]), "cores": _text(r[2 * FIELD_BYTES : 3 * FIELD_BYTES]),
-             "host": _text(r[3 * FIELD_BYTES : 4 * FIELD_BYTES])}
-            for rank, r in enumerate(table.tolist())]
+    return [{"rank": rank, "local_rank": int(r[-1]),
+             **{name: _text(r[i * FIELD_BYTES : (i + 1) * FIELD_BYTES]) for i, name in enumerate(FIELDS)}}
+            for rank, r in enumerate(ctx.gather_rows(row).tolist())]
 
 
 def _text(codes: list[int]) -> str:

@@ -20,9 +20,7 @@ the same averaged loss, but BatchNorm sees the whole global batch, so it is a di
 mode), which splits the batch across GPUs again; it needs at least N GPUs.
 """
 
-import contextlib
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,14 +31,14 @@ from contract.options import REFERENCE_ROUNDING
 from workload import compression, data
 from workload.distributed import single_process
 from workload.run import build_model, train_and_report
-from workload.trainer import Trainer, amp_scaler, build_optimizer, shard_loader
+from workload.trainer import GradientSync, Trainer, amp_scaler, build_optimizer, shard_loader
 
 log = logging.getLogger(__name__)
 REORDERED = "reference-reordered"
 MODES = ("reference", "reference-horovod", "reference-reordered", "global-batch", "dataparallel")
 
 
-class EmulatedSync:
+class EmulatedSync(GradientSync):
     """The reference's gradient average: each simulated worker's gradients kept apart, then combined in the order
     and precision of one backend's allreduce (workload/compression.py), so that the reference computes what that
     backend computes."""
@@ -52,9 +50,6 @@ class EmulatedSync:
         self.reversed_order = reversed_order
         self.per_worker: list[list[Tensor]] = []
 
-    def no_sync(self) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
     def group_done(self) -> None:
         self.per_worker.append([p.grad.clone() for p in self.params])
         for p in self.params:
@@ -65,13 +60,7 @@ class EmulatedSync:
         for i, p in enumerate(self.params):
             p.grad.copy_(compression.combine([g[i] for g in workers], self.compression, self.rounding))
         self.per_worker.clear()
-        return 0.0
-
-    def alone(self) -> None:
-        return None  # one process: nothing is sent
-
-    def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
-        apply(self.optimizer)
+        return 0.0  # one process: nothing is sent, and alone() is None
 
 
 def dataparallel_unavailable(workers: int) -> str | None:

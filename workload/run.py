@@ -140,12 +140,11 @@ def train_and_report(
     finally:
         if scalars:
             scalars.close()
-    extra = trainer.consistency()
-    last = history.epochs[-1]
-    extra["overlap"] = trainer.overlap(last) if "comm_exposed_s" in last else None  # every rank: collectives
-    extra.update(cpu_s_per_1k_samples=last.get("cpu_s_per_1k_samples"),
-                 schedule=trainer.schedule.record() if trainer.schedule else None)
-    extra["machine_load"] = machine_load(trainer, extra["placement"], last)
+    last, extra = history.epochs[-1], trainer.consistency()
+    extra.update(overlap=trainer.overlap(last) if "comm_exposed_s" in last else None,  # every rank: collectives
+                 cpu_s_per_1k_samples=last.get("cpu_s_per_1k_samples"),
+                 schedule=trainer.schedule.record() if trainer.schedule else None,
+                 machine_load=machine_load(trainer, extra["placement"], last))
     if not trainer.ctx.is_main:
         return None
     stamps = {"workers_started": trainer.ctx.began_at or launch.process_started(),

@@ -14,7 +14,9 @@ from typing import Any
 
 from runtime import space
 
-TAGS = {"train/step_loss", "test/loss", "test/accuracy", "speed/samples_per_s", "speed/comm_share"}
+EPOCH_TAGS = {"test/loss": "test_loss", "test/accuracy": "test_accuracy", "speed/samples_per_s": "samples_per_s",
+              "speed/comm_share": "comm_share"}
+TAGS = {"train/step_loss", *EPOCH_TAGS}
 
 
 class Scalars:
@@ -39,11 +41,8 @@ class Scalars:
         first = len(step_losses) - record["steps"]
         for step in range(first, len(step_losses)):
             self.writer.add_scalar("train/step_loss", step_losses[step], step + 1)
-        last = len(step_losses)
-        self.writer.add_scalar("test/loss", record["test_loss"], last)
-        self.writer.add_scalar("test/accuracy", record["test_accuracy"], last)
-        self.writer.add_scalar("speed/samples_per_s", record["samples_per_s"], last)
-        self.writer.add_scalar("speed/comm_share", record["comm_share"], last)
+        for tag, key in EPOCH_TAGS.items():
+            self.writer.add_scalar(tag, record[key], len(step_losses))
         self._write(self.writer.flush)  # an epoch is in TensorBoard as soon as it is done, even if the run dies later
 
     def close(self) -> None:

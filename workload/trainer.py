@@ -8,7 +8,7 @@ import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -33,46 +33,38 @@ OVERLAP_HOW = ("1 - (wait after backward for the averaged gradients, mean over t
                "else running, median of 5 after training)")
 
 
-class GradientSync(Protocol):
-    """How a backend averages gradients across ranks; the only part of the step that differs between them."""
+class GradientSync:
+    """How a backend averages gradients across ranks; the only part of the step that differs between them. What a
+    backend does not override is what the ceiling does (NoAveraging): nothing sent, each rank on its own gradients."""
+
+    optimizer: torch.optim.Optimizer
 
     def no_sync(self) -> contextlib.AbstractContextManager:
         """The context for a backward pass whose gradients are only accumulated, not yet averaged."""
+        return contextlib.nullcontext()
 
     def group_done(self) -> None:
         """One (simulated) worker's micro-batches are done; only the reference's emulation needs to know."""
 
     def wait(self, backward_end: float) -> float:
         """Block until averaged gradients are ready; return the seconds spent waiting after local backward."""
+        return 0.0
 
     def alone(self) -> float | None:
         """Seconds one step's gradient averaging takes with nothing beside it, as this backend sends it (the same
         messages, dtype and fusion), every rank together; None where nothing is sent. Called after training."""
+        return None
 
     def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
         """Apply the averaged gradients with `apply(optimizer)` (optimizer.step, or a GradScaler's step)."""
+        apply(self.optimizer)
 
 
-class NoAveraging:
+class NoAveraging(GradientSync):
     """The ceiling's sync (--no-averaging): each rank steps on its own gradients, and nothing crosses a link."""
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer = optimizer
-
-    def no_sync(self) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def group_done(self) -> None:
-        pass
-
-    def wait(self, backward_end: float) -> float:
-        return 0.0
-
-    def alone(self) -> None:
-        return None
-
-    def step(self, apply: Callable[[torch.optim.Optimizer], None]) -> None:
-        apply(self.optimizer)
 
 
 def amp_scaler(cfg: TrainConfig) -> "torch.amp.GradScaler | None":
@@ -150,8 +142,11 @@ class Trainer:
                      "time) and %d are timed", steps, self.warmup, self.cfg.warmup_steps, steps - self.warmup)
         self.tools.timed_after(self.warmup)
         for epoch in range(history.last_epoch + 1, self.cfg.epochs + 1):
-            history.epochs.append(self.train_epoch(epoch, steps, history))
-            self._log_epoch(history.epochs[-1])
+            history.epochs.append(record := self.train_epoch(epoch, steps, history))
+            if self.ctx.is_main:
+                log.info("Epoch [%d/%d] done: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s",
+                         epoch, self.cfg.epochs, record["train_loss"], record["test_loss"],
+                         100 * record["test_accuracy"], record["samples_per_s"])
             start = time.perf_counter()
             on_epoch_end(epoch, history)
             self.checkpoint_time_s += time.perf_counter() - start
@@ -295,12 +290,6 @@ class Trainer:
         if self.ctx.is_main:
             log.info("Epoch [%d/%d], Step [%d/%d], Loss: %.4f", epoch, self.cfg.epochs, step, steps, mean_loss)
 
-    def _log_epoch(self, record: dict[str, Any]) -> None:
-        if self.ctx.is_main:
-            log.info("Epoch [%d/%d] done: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s",
-                     record["epoch"], self.cfg.epochs, record["train_loss"], record["test_loss"],
-                     100 * record["test_accuracy"], record["samples_per_s"])
-
     def _check(self, losses: list[float], epoch: int, step: int) -> None:
         if why := diverged(losses):
             raise Diverged(f"{DIVERGED}: {why} by epoch {epoch}, step {step} "
@@ -322,10 +311,8 @@ class Trainer:
         if not flat.numel() or self.cfg.no_averaging:  # the ceiling's ranks hold different models: each keeps its own
             return
         if self.worker_buffers:
-            total = self.worker_buffers[0].clone()
-            for other in self.worker_buffers[1:]:  # in rank order, as a 2-rank allreduce adds
-                total += other
-            mean = total / len(self.worker_buffers)
+            # In rank order, as a 2-rank allreduce adds.
+            mean = compression.sum_in_order(self.worker_buffers) / len(self.worker_buffers)
             self.worker_buffers = [mean.clone() for _ in self.worker_buffers]
         else:
             mean = self.ctx.average(flat.cpu()).to(flat.dtype)
