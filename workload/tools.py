@@ -39,18 +39,37 @@ class Tools(Tool):
     def __init__(self, *tools: Tool | None) -> None:
         self.tools = [tool for tool in tools if tool is not None]
 
-
-def _tell_each(moment: str):
-    def tell(self: Tools, *args: int) -> None:
+    def fit_start(self) -> None:
         for tool in self.tools:
-            getattr(tool, moment)(*args)
+            tool.fit_start()
 
-    tell.__name__ = moment
-    return tell
+    def timed_after(self, warmup: int) -> None:
+        for tool in self.tools:
+            tool.timed_after(warmup)
 
+    def before_step(self, epoch: int, step: int) -> None:
+        for tool in self.tools:
+            tool.before_step(epoch, step)
 
-for _moment in [name for name in vars(Tool) if not name.startswith("_")]:  # every moment, once: Tool lists them
-    setattr(Tools, _moment, _tell_each(_moment))
+    def after_step(self, epoch: int, step: int, steps: int) -> None:
+        for tool in self.tools:
+            tool.after_step(epoch, step, steps)
+
+    def before_eval(self, epoch: int) -> None:
+        for tool in self.tools:
+            tool.before_eval(epoch)
+
+    def before_checkpoint(self, epoch: int) -> None:
+        for tool in self.tools:
+            tool.before_checkpoint(epoch)
+
+    def epoch_done(self, epoch: int) -> None:
+        for tool in self.tools:
+            tool.epoch_done(epoch)
+
+    def fit_done(self) -> None:
+        for tool in self.tools:
+            tool.fit_done()
 
 
 class FaultPoints(Tool):
