@@ -342,16 +342,22 @@ sys.exit(tied.run(["sh", "-c", "sleep 300 & sleep 301; exit 3"]))
 def test_a_tied_command_and_all_it_started_end_with_a_sigkilled_parent_and_keep_their_exit_code(tmp_path):
     # A killed build's pip, cmake and nvcc: the command's own children, however deep, end with the process it serves.
     parent = subprocess.Popen([sys.executable, "-c", TIED], cwd=REPO, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while len(sleeps := _sleeps()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert len(sleeps) == 2, sleeps
-    os.kill(parent.pid, signal.SIGKILL)
-    parent.wait()
-    deadline = time.monotonic() + 30  # its own wait: a busy machine may have spent the first on the start
-    while _sleeps() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _sleeps()
+    sleeps: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(sleeps := _sleeps(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(sleeps) == 2, sleeps
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        # its own wait: a busy machine may have spent the first on the start
+        _, alive = psutil.wait_procs(sleeps, timeout=30)
+        assert not alive, alive
+    finally:
+        parent.kill()
+        for sleep in sleeps:
+            with contextlib.suppress(psutil.Error):
+                sleep.kill()
     from runtime import tied
 
     assert tied.run(["sh", "-c", "exit 7"]) == 7
@@ -414,5 +420,9 @@ def _ranks() -> list[str]:
     return subprocess.run(["pgrep", "-f", "first_step_gradients_rank.py"], capture_output=True, text=True).stdout.split()
 
 
-def _sleeps() -> list[str]:
-    return subprocess.run(["pgrep", "-f", "^sleep 30[01]$"], capture_output=True, text=True).stdout.split()
+def _sleeps(parent: int) -> list[psutil.Process]:
+    """TIED's two sleeps, found among `parent`'s own descendants: a `sleep 300` elsewhere on the host is not ours."""
+    with contextlib.suppress(psutil.Error):
+        return [p for p in psutil.Process(parent).children(recursive=True)
+                if p.cmdline() in (["sleep", "300"], ["sleep", "301"])]
+    return []
