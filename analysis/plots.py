@@ -74,8 +74,7 @@ def plot_intervals(rows: list[tuple[str, dict[str, Any]]], path: Path, title: st
     ax.set(xlabel="ratio and its 95 % interval (right of the dashed 1: the first named is faster; grey: undecided)",
            title=title)
     if not rows:
-        ax.text(0.5, 0.5, "no verdict: no round finished on both sides", transform=ax.transAxes, ha="center",
-                va="center")
+        nothing(ax, "no verdict: no round finished on both sides")
     save(fig, path)
 
 
@@ -187,4 +186,8 @@ def legend_or(ax: Any, shown: bool, missing: str, **where: Any) -> None:
     if shown:
         ax.legend(fontsize="small", **where)
     else:
-        ax.text(0.5, 0.5, missing, transform=ax.transAxes, ha="center", va="center")
+        nothing(ax, missing)
+
+
+def nothing(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center")

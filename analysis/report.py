@@ -194,10 +194,12 @@ def noise_line(comparison: dict[str, Any], workers: int) -> str | None:
     floor = comparison.get("noise_floor", {}).get(str(workers))
     if not floor:
         return None
-    excludes = " (the interval excludes 1: this design finds a difference where there is none)"
-    parts = [f"{arm} ÷ {arm}{AA_SUFFIX} {ratio_text(e)}"
-             + (excludes if e["ci95"] is not None and not e["ci95"][0] <= 1 <= e["ci95"][1] else "")
-             for arm, e in floor.items()]
+    parts = []
+    for arm, estimate in floor.items():
+        said = f"{arm} ÷ {arm}{AA_SUFFIX} {ratio_text(estimate)}"
+        if estimate["ci95"] is not None and not estimate["ci95"][0] <= 1 <= estimate["ci95"][1]:
+            said += " (the interval excludes 1: this design finds a difference where there is none)"
+        parts.append(said)
     width = stats.resolution(floor)
     resolution = "unknown (one repeat gives no interval)" if width is None else f"±{100 * width:.1f} %"
     return (f"**Resolution here: {resolution}** — the A/A control, each arm against itself, interleaved as the A/B "

@@ -261,7 +261,7 @@ def test_the_test_counts_docs_install_md_gives_are_what_pytest_collects():
     import sys
 
     table = (REPO / "docs" / "install.md").read_text().split("## The test tiers", 1)[1].split("\n\n", 2)[1]
-    # One collection gives both: "882/1009 tests collected (127 deselected)", the fast tier of the whole suite.
+    # One collection gives both: "F/W tests collected (D deselected)", the fast tier F of the whole suite W.
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *FAST],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     fast, whole = map(int, re.search(r"(\d+)/(\d+) tests collected", done.stdout).groups())

@@ -8,7 +8,6 @@ ranks that decides which rank is the straggler and by how much, and each launch 
 """
 
 import hashlib
-import itertools
 import os
 import socket
 from pathlib import Path
@@ -71,7 +70,10 @@ def _host_key() -> int:
 
 def current() -> str:
     """This thread's cores as ranges ("0", "0-1", "0,2-3"): what results.json records per rank."""
-    # A run of consecutive cores keeps core - its place in the sorted list constant.
-    runs = [[core for _, core in run] for _, run in
-            itertools.groupby(enumerate(sorted(os.sched_getaffinity(0))), lambda placed: placed[1] - placed[0])]
-    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+    spans: list[list[int]] = []
+    for core in sorted(os.sched_getaffinity(0)):
+        if spans and core == spans[-1][1] + 1:
+            spans[-1][1] = core
+        else:
+            spans.append([core, core])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)

@@ -75,7 +75,8 @@ def choose(cfg: TrainConfig) -> DataPlan:
     if cfg.dataset in ("auto", "mnist"):
         problem = _ensure_mnist(Path(cfg.data_dir))
         if problem is None:
-            return DataPlan("mnist", Path(cfg.data_dir), train_count(replace(cfg, dataset="mnist")), make=False)
+            mnist = replace(cfg, dataset="mnist")
+            return DataPlan("mnist", mnist_root(mnist), train_count(mnist), make=False)
         if cfg.dataset == "mnist":
             raise DataError(
                 f"MNIST is not in {Path(cfg.data_dir) / 'MNIST' / 'raw'} and could not be downloaded ({problem}); "

@@ -295,10 +295,14 @@ def predict(cluster: Cluster, shape: dict[str, Any], fits: tuple[Constants, ...]
     decides it: the first fit's prediction, the ranges over every fit (each under its own links), the one-GPU figure's
     given range, the host's step end over its interval and a benchmark's extra copy in Horovod's arm (`copy_s`: low,
     middle, high)."""
-    middle = steps(cluster, shape, fits[0], measured, copy_s=copy_s[1])
+    # each fit's links at each one-GPU rate, replayed once: the host's two ends and the middle price the same schedules
+    replays = {(i, rate): replay(cluster, shape, fit, rate) for i, fit in enumerate(fits)
+               for rate in cluster.one_gpu_rates()}
+    middle = steps(cluster, shape, fits[0], measured, copy_s=copy_s[1],
+                   replayed=replays[0, cluster.one_gpu_images_per_s])
     # Horovod's host work and a benchmark's copy add to its step alone: their ends bound the ratio's
-    spread = [(rate, steps(cluster, shape, fit, measured, rate=rate, host_share=h, copy_s=c, replayed=replayed))
-              for fit in fits for rate in cluster.one_gpu_rates() for replayed in [replay(cluster, shape, fit, rate)]
+    spread = [(rate, steps(cluster, shape, fit, measured, rate=rate, host_share=h, copy_s=c, replayed=replays[i, rate]))
+              for i, fit in enumerate(fits) for rate in cluster.one_gpu_rates()
               for h, c in ((measured.low, copy_s[0]), (measured.high, copy_s[2]))]
     ratios = [s["horovod"]["step_s"] / s["native"]["step_s"] for _, s in spread]
     batch = cluster.batch_per_gpu

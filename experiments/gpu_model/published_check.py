@@ -100,20 +100,19 @@ def fit(paired: list[dict[str, Any]], shape: dict[str, Any], host: gpu_cluster.H
     """overlap_cost to the rows' mean DDP scaling, then step_end_scale to their mean native ÷ Horovod, under the
     links at `bandwidth` and `latency` times the assumed figures."""
     on = " and ".join(sorted({r["name"] for r in paired}))
-    # the schedules move with the links alone: replayed once, priced at every step of both bisections
-    replayed = [gpu_cluster.replay(r["cluster"], shape, Constants(0.0, 0.0, bandwidth, latency)) for r in paired]
+    # the schedules move with the links alone: each row replayed once, priced at every step of both bisections
+    rows = [(r, gpu_cluster.replay(r["cluster"], shape, Constants(0.0, 0.0, bandwidth, latency))) for r in paired]
 
-    def middle(i: int, fitted: Constants) -> dict[str, Any]:
-        r = paired[i]
-        return gpu_cluster.steps(r["cluster"], shape, fitted, host, copy_s=r["copy_s"][1], replayed=replayed[i])
+    def middle(r: dict[str, Any], replayed: gpu_cluster.Replayed, fitted: Constants) -> dict[str, Any]:
+        return gpu_cluster.steps(r["cluster"], shape, fitted, host, copy_s=r["copy_s"][1], replayed=replayed)
 
     def scaling_error(cost: float) -> float:
-        return statistics.fmean(r["cluster"].batch_per_gpu / middle(i, Constants(cost, 0.0, bandwidth, latency))[
-            "native"]["step_s"] / r["cluster"].one_gpu_images_per_s - r["ddp_scaling"] for i, r in enumerate(paired))
+        return statistics.fmean(r["cluster"].batch_per_gpu / middle(r, m, Constants(cost, 0.0, bandwidth, latency))[
+            "native"]["step_s"] / r["cluster"].one_gpu_images_per_s - r["ddp_scaling"] for r, m in rows)
     overlap = bisect("overlap_cost", scaling_error, 0.0, 5.0)
 
     def ratio_error(scale: float) -> float:
-        made = [middle(i, Constants(overlap, scale, bandwidth, latency)) for i in range(len(paired))]
+        made = [middle(r, m, Constants(overlap, scale, bandwidth, latency)) for r, m in rows]
         return statistics.fmean(s["horovod"]["step_s"] / s["native"]["step_s"] - r["ratio"]
                                 for r, s in zip(paired, made))
     return Constants(overlap, bisect("step_end_scale", ratio_error, -100.0, 100.0), bandwidth, latency, on)

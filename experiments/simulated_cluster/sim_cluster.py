@@ -79,26 +79,30 @@ def teardown(sim: netsim.Cluster) -> None:
     it is done: a teardown cut short would leave what it exists to remove."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        for _ in range(KILL_ROUNDS):
-            pids = {pid for ns in sim.namespaces() for pid in _pids(ns)}
-            if not pids:
-                break
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                _signal(pids, sig)
-                deadline = time.monotonic() + KILL_GRACE_S
-                while (pids := {pid for pid in pids if launch.running(pid)}) and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                if not pids:
-                    break
-        for ns in sim.namespaces():
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-            shutil.rmtree(netsim.ETC_NETNS / ns, ignore_errors=True)
-        for end in "ab":  # a link made before its namespaces moved it, had a step failed in between
-            for node in range(sim.nodes):
-                subprocess.run(["ip", "link", "del", f"{sim.prefix}{end}{node}"], capture_output=True)
-        shutil.rmtree(sim.temp_dir, ignore_errors=True)
+        _kill_and_delete(sim)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _kill_and_delete(sim: netsim.Cluster) -> None:
+    for _ in range(KILL_ROUNDS):
+        pids = {pid for ns in sim.namespaces() for pid in _pids(ns)}
+        if not pids:
+            break
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            _signal(pids, sig)
+            deadline = time.monotonic() + KILL_GRACE_S
+            while (pids := {pid for pid in pids if launch.running(pid)}) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if not pids:
+                break
+    for ns in sim.namespaces():
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        shutil.rmtree(netsim.ETC_NETNS / ns, ignore_errors=True)
+    for end in "ab":  # a link made before its namespaces moved it, had a step failed in between
+        for node in range(sim.nodes):
+            subprocess.run(["ip", "link", "del", f"{sim.prefix}{end}{node}"], capture_output=True)
+    shutil.rmtree(sim.temp_dir, ignore_errors=True)
 
 
 def reap_stale() -> None:
