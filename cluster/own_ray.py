@@ -18,6 +18,7 @@ from pathlib import Path
 
 from contract.config import ConfigError
 from contract.errors import RunFailed
+from runtime import signals
 from runtime.launch import executable, free_port
 
 START_TIMEOUT_S = 120.0
@@ -77,7 +78,16 @@ class OwnRay:
     `flags` on top of this process's environment and the flags below (the tests' clusters take other CPUs)."""
 
     def __init__(self, env: dict[str, str] | None = None, flags: tuple[str, ...] = (), prefix: str = PREFIX) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+        with signals.held():  # a Ctrl-C between the folder and its session would leave the folder behind, unowned
+            self.folder = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+            try:
+                self.session = self._start(env, flags)
+            except BaseException:
+                shutil.rmtree(self.folder, ignore_errors=True)
+                raise
+
+    def _start(self, env: dict[str, str] | None, flags: tuple[str, ...]) -> subprocess.Popen:
+        """Free ports for this Ray, and its session started in the folder."""
         self.port, self.dashboard_port = free_port(), free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
@@ -89,15 +99,10 @@ class OwnRay:
                  f"--dashboard-port={self.dashboard_port}", f"--ray-client-server-port={free_port()}",
                  f"--dashboard-agent-listen-port={free_port()}", f"--num-cpus={cpus()}",
                  "--disable-usage-stats", *flags]
-        try:
-            # TMPDIR: what Ray's dashboard's multiprocessing leaves (pymp-*) goes with the folder.
-            self.session = subprocess.Popen(["sh", "-c", SESSION, program(), *start], stdin=subprocess.PIPE,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                            start_new_session=True,
-                                            env={**os.environ, **(env or {}), "TMPDIR": str(self.folder)})
-        except BaseException:  # a signal before the session exists: the folder is this call's to remove
-            shutil.rmtree(self.folder, ignore_errors=True)
-            raise
+        # TMPDIR: what Ray's dashboard's multiprocessing leaves (pymp-*) goes with the folder.
+        return subprocess.Popen(["sh", "-c", SESSION, program(), *start], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, **(env or {}), "TMPDIR": str(self.folder)})
 
     def wait_started(self) -> None:
         """Until `ray start` says its runtime started; RunFailed, with its last line, where it exits instead."""

@@ -103,8 +103,9 @@ def _start_own(env_vars: dict[str, str]) -> str:
             last = (made.stderr.strip().splitlines() or ["no output"])[-1]
             raise RunFailed(f"`ray get-auth-token --generate` failed ({last[:200]}); write a token to "
                             f"{own_ray.token_path()} or join a cluster with RAY_ADDRESS")
-    own = own_ray.OwnRay(env={FAILURE_HANDLER: "0"})
-    atexit.register(_stop_own, own)
+    with signals.held():  # its stop at exit registered as it starts: a Ctrl-C between would leave it to the pipe
+        own = own_ray.OwnRay(env={FAILURE_HANDLER: "0"})
+        atexit.register(_stop_own, own)
     try:
         own.wait_started()
     except RunFailed:

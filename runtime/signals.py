@@ -27,6 +27,8 @@ _signal: int | None = None  # the signal whose KeyboardInterrupt is unwinding th
 _signalled_at = 0.0
 _raise_again = False
 _late: int | None = None  # a signal that arrived once main had returned, while the teardown ran
+_held = False  # inside `held()`: a signal is raised when the block ends
+_came_held = False
 
 
 def install() -> None:
@@ -43,14 +45,32 @@ def on_stop_signals(handler: Callable[[int, object], None]) -> None:
 
 
 def _unwind(signum: int, frame: object) -> None:
-    global _signal, _signalled_at, _raise_again
+    global _signal, _signalled_at, _raise_again, _came_held
     if _raise_again:
         _raise_again = False
     elif _signal is not None and time.monotonic() - _signalled_at < REPEAT_WINDOW_S:
         return  # the copy from timeout's process group: raised, it cut the unwinding short
     else:
         _signal, _signalled_at = signum, time.monotonic()
+    if _held:
+        _came_held = True
+        return
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Rule 1's KeyboardInterrupt raised when the block ends, not inside it: for a short step that must not be cut in
+    two (a folder made, and the process that removes it started)."""
+    global _held, _came_held
+    outer, _held = _held, True
+    try:
+        yield
+    finally:
+        _held = outer
+    if not outer and _came_held:
+        _came_held = False
+        raise KeyboardInterrupt
 
 
 def _swallowed(unraisable: object) -> None:
@@ -88,8 +108,8 @@ def late() -> int | None:  # rule 3's signal, if one came
 
 def forget() -> None:
     """A command's start, or its end inside a process that goes on (the tests): no signal is the next one's."""
-    global _signal, _raise_again
-    _signal, _raise_again = None, False
+    global _signal, _raise_again, _came_held
+    _signal, _raise_again, _came_held = None, False, False
 
 
 def exit_now(code: int) -> NoReturn:

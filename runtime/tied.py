@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from runtime import signals
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 LEADER = ('exec 3<&0; "$@" </dev/null & child=$!; '
           '(read _ <&3; read self _ </proc/self/stat; '
@@ -48,9 +50,14 @@ def folder(prefix: str, parent: Path | None = None) -> Iterator[Path]:
     """A new folder (in `parent`, else the system's temporary folder) for the block, removed when the block ends or
     this process does, however it ends (SIGKILL included): a shell in a session of its own removes it once the pipe
     this process holds closes."""
-    made = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    remover = subprocess.Popen(["sh", "-c", 'read _; rm -rf -- "$0"', str(made)], stdin=subprocess.PIPE,
-                               start_new_session=True)
+    with signals.held():  # a Ctrl-C between the folder and its remover would leave the folder behind
+        made = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        try:
+            remover = subprocess.Popen(["sh", "-c", 'read _; rm -rf -- "$0"', str(made)], stdin=subprocess.PIPE,
+                                       start_new_session=True)
+        except BaseException:
+            made.rmdir()
+            raise
     try:
         yield made
     finally:

@@ -5,6 +5,7 @@ import contextlib
 import glob
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -200,6 +201,50 @@ def test_what_the_unwinding_raises_is_said_as_the_signal_not_as_a_traceback(sign
 """)
     _, err = _signalled_once_ready(command, signum)
     assert (command.returncode, err.strip()) == (code, line)
+
+
+@pytest.mark.parametrize("signum, code, line", SIGNALS, ids=["ctrl-c", "sigterm"])
+def test_a_signal_between_its_ray_s_folder_and_its_session_leaves_no_folder(tmp_path, signum, code, line):
+    """The signal lands while the ports are chosen: after the folder is made, before the session that removes it
+    exists. The command ends once that session runs, and the session removes the folder."""
+    prefix = f"ray-held-{tmp_path.name}-"
+    fake = tmp_path / "ray"
+    fake.write_text("#!/bin/sh\nexec sleep 600\n")
+    fake.chmod(0o755)
+    command = _command(f"""
+from cluster import own_ray
+port = own_ray.free_port
+def signalled_port():
+    os.kill(os.getpid(), signal.Signals({signum:d}))
+    return port()
+own_ray.program, own_ray.free_port = (lambda: {str(fake)!r}), signalled_port
+own_ray.OwnRay(prefix={prefix!r})
+print("not reached")
+""")
+    try:
+        out, err = command.communicate(timeout=60)
+        assert (command.returncode, err.strip(), out) == (code, line, "")
+        deadline = time.monotonic() + 10  # its session's leader removes the folder once the command's pipe has closed
+        while glob.glob(f"/tmp/{prefix}*"):
+            assert time.monotonic() < deadline, "the folder outlived the command by 10 s"
+            time.sleep(0.05)
+    finally:
+        for left in glob.glob(f"/tmp/{prefix}*"):
+            shutil.rmtree(left)
+
+
+@pytest.mark.parametrize("signum, code, line", SIGNALS, ids=["ctrl-c", "sigterm"])
+def test_a_signal_inside_a_held_step_ends_the_command_once_the_step_is_done(signum, code, line):
+    command = _command("""
+from runtime import signals
+with signals.held():
+    os.kill(os.getpid(), signal.Signals(%d))
+    time.sleep(0.2)
+    print("step done")
+print("not reached")
+""" % signum)
+    out, err = command.communicate(timeout=60)
+    assert (command.returncode, err.strip(), out) == (code, line, "step done\n")
 
 
 @pytest.mark.parametrize("signum, code, name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")],
