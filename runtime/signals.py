@@ -2,7 +2,7 @@
 
 1. SIGTERM is Ctrl-C: either unwinds the command as a KeyboardInterrupt (Ray's blocking calls pass only that
    through), so that its `finally` blocks stop what it started (a launcher's session, a Ray of its own); then one
-   line and 130 or 143 (runtime/cli.py's `run`).
+   line and 130 or 143 (runtime/cli.py's `run`). `held()` raises it once a step that must not be cut in two ends.
 2. A copy within a second is ignored (`timeout` signals the command, then its process group); a KeyboardInterrupt
    that Python swallowed inside a finalizer ("Exception ignored in …") is raised again.
 3. Once `main` has returned, a signal lets the teardown finish, then is said, with 130 or 143.
@@ -28,7 +28,7 @@ _signalled_at = 0.0
 _raise_again = False
 _late: int | None = None  # a signal that arrived once main had returned, while the teardown ran
 _held = False  # inside `held()`: a signal is raised when the block ends
-_came_held = False
+_came_held = False  # a signal came inside `held()`
 
 
 def install() -> None:
@@ -61,16 +61,19 @@ def _unwind(signum: int, frame: object) -> None:
 @contextlib.contextmanager
 def held() -> Iterator[None]:
     """Rule 1's KeyboardInterrupt raised when the block ends, not inside it: for a short step that must not be cut in
-    two (a folder made, and the process that removes it started)."""
+    two (a folder made, and the process that removes it started). It delays rule 1 alone, in the main thread."""
     global _held, _came_held
-    outer, _held = _held, True
+    if _held or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _held = True
     try:
         yield
     finally:
-        _held = outer
-    if not outer and _came_held:
-        _came_held = False
-        raise KeyboardInterrupt
+        _held = False
+        came, _came_held = _came_held, False
+        if came:
+            raise KeyboardInterrupt  # also over what the block raised, as the signal would have been inside it
 
 
 def _swallowed(unraisable: object) -> None:

@@ -50,19 +50,21 @@ def folder(prefix: str, parent: Path | None = None) -> Iterator[Path]:
     """A new folder (in `parent`, else the system's temporary folder) for the block, removed when the block ends or
     this process does, however it ends (SIGKILL included): a shell in a session of its own removes it once the pipe
     this process holds closes."""
-    with signals.held():  # a Ctrl-C between the folder and its remover would leave the folder behind
-        made = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-        try:
-            remover = subprocess.Popen(["sh", "-c", 'read _; rm -rf -- "$0"', str(made)], stdin=subprocess.PIPE,
-                                       start_new_session=True)
-        except BaseException:
-            made.rmdir()
-            raise
+    remover: subprocess.Popen | None = None
     try:
+        with signals.held():  # a Ctrl-C between the folder and its remover would leave the folder behind
+            made = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+            try:
+                remover = subprocess.Popen(["sh", "-c", 'read _; rm -rf -- "$0"', str(made)], stdin=subprocess.PIPE,
+                                           start_new_session=True)
+            except BaseException:
+                made.rmdir()
+                raise
         yield made
     finally:
-        remover.stdin.close()
-        remover.wait()
+        if remover:
+            remover.stdin.close()
+            remover.wait()
 
 
 @contextlib.contextmanager

@@ -229,6 +229,8 @@ print("not reached")
             assert time.monotonic() < deadline, "the folder outlived the command by 10 s"
             time.sleep(0.05)
     finally:
+        if command.poll() is None:
+            command.kill()
         for left in glob.glob(f"/tmp/{prefix}*"):
             shutil.rmtree(left)
 
@@ -245,6 +247,21 @@ print("not reached")
 """ % signum)
     out, err = command.communicate(timeout=60)
     assert (command.returncode, err.strip(), out) == (code, line, "step done\n")
+
+
+@pytest.mark.parametrize("signum, code, line", SIGNALS, ids=["ctrl-c", "sigterm"])
+def test_a_signal_inside_a_held_step_that_fails_ends_the_command_as_the_signal(signum, code, line):
+    command = _command("""
+from runtime import signals
+try:
+    with signals.held():
+        os.kill(os.getpid(), signal.Signals(%d))
+        raise OSError("the step failed")
+except OSError:
+    print("not reached")
+""" % signum)
+    out, err = command.communicate(timeout=60)
+    assert (command.returncode, err.strip(), out) == (code, line, "")
 
 
 @pytest.mark.parametrize("signum, code, name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")],
