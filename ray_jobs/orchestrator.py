@@ -302,6 +302,7 @@ def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[st
     out: dict[str, dict[str, Any]] = {k: {} for k in ("parity", "speed", "end_to_end", "launcher_overhead",
                                                        "noise_floor", "cpu_cost", "noise_floor_cpu", "efficiency",
                                                        "spread")}
+    one_round = cut_advice(planned)
     for n in cmp.worker_counts:
         key = str(n)
         if not planned.per_backend:
@@ -310,7 +311,7 @@ def summarize(planned: Plan, records: list[dict[str, Any]], environment: dict[st
                  "spread": speed.spread(records, n, [arm.label for arm in planned.arms]),
                  "launcher_overhead": speed.launcher_overhead(records, n, pilot)}
         for name, metric in (("speed", speed.METRIC), ("end_to_end", speed.END_TO_END), ("cpu_cost", speed.CPU_METRIC)):
-            found[name] = both and speed.speed(records, n, launchers, pilot, cut_advice(planned), metric)
+            found[name] = both and speed.speed(records, n, launchers, pilot, one_round, metric)
         for name, metric in (("noise_floor", speed.METRIC), ("noise_floor_cpu", speed.CPU_METRIC)):
             found[name] = cmp.aa and speed.noise_floor(records, n, compared, pilot, metric)
         if found["speed"] and key in planned.stages:
